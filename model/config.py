@@ -1,0 +1,160 @@
+"""One frozen config for the whole architecture: every Table 3 column and every modern variant is a field.
+
+Names follow the paper's columns (Vaswani et al. 2017, Table 3): n_layers (N), d_model, d_ff, n_heads (h),
+d_k, d_v, p_drop, positional. Training columns (label smoothing, steps, warmup) live in harness.train.TrainConfig.
+Presets are frozen data and are never edited: a test pins paper_base to the paper's base row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+Positional = Literal["sinusoid", "learned", "rope"]
+NormPosition = Literal["post", "pre"]
+Norm = Literal["layer", "rms"]
+FFN = Literal["relu", "gelu", "swiglu"]
+
+
+class ConfigError(ValueError):
+    """An impossible or unknown architecture setting; the message names the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocab_size: int = 37000          # §5.1: shared source-target BPE vocabulary of about 37000 tokens
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8                 # h
+    d_k: int | None = None           # None -> d_model // n_heads (§3.2.2); otherwise free (Table 3 row B)
+    d_v: int | None = None           # None -> d_model // n_heads; independent of d_k
+    n_kv_heads: int | None = None    # None -> n_heads (the paper); fewer -> GQA, 1 -> MQA
+    n_layers: int = 6                # N; n_enc_layers / n_dec_layers override it per side
+    n_enc_layers: int | None = None
+    n_dec_layers: int | None = None
+    p_drop: float = 0.1              # §5.4 residual dropout: sub-layer outputs and embedding sums
+    p_attn_drop: float = 0.0         # dropout on attention weights; the paper gives none for MT
+    positional: Positional = "sinusoid"      # §3.5; Table 3 row E: learned
+    norm_position: NormPosition = "post"     # the paper: LayerNorm(x + Sublayer(x))
+    norm: Norm = "layer"
+    ffn: FFN = "relu"                # §3.3: max(0, xW1 + b1)W2 + b2
+    share_embeddings: bool = True    # §3.4: source, target and pre-softmax weights shared
+    max_len: int = 1024              # longest sequence for learned positions and the sinusoid table
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        # Resolve the derived defaults once, so that everything downstream sees concrete numbers.
+        if self.d_k is None:
+            object.__setattr__(self, "d_k", self._per_head("d_k"))
+        if self.d_v is None:
+            object.__setattr__(self, "d_v", self._per_head("d_v"))
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.n_enc_layers is None:
+            object.__setattr__(self, "n_enc_layers", self.n_layers)
+        if self.n_dec_layers is None:
+            object.__setattr__(self, "n_dec_layers", self.n_layers)
+        self._validate()
+
+    def _per_head(self, name: str) -> int:
+        if self.n_heads < 1:
+            raise ConfigError(f"n_heads must be a positive integer, got {self.n_heads}.")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}, so {name} cannot default "
+                f"to d_model / n_heads; set {name} explicitly or choose n_heads dividing d_model.")
+        return self.d_model // self.n_heads
+
+    def _validate(self) -> None:
+        for name in ("vocab_size", "d_model", "d_ff", "n_heads", "d_k", "d_v", "n_kv_heads",
+                     "n_layers", "n_enc_layers", "n_dec_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        for name in ("p_drop", "p_attn_drop"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
+        for name, literal in (("positional", Positional), ("norm_position", NormPosition),
+                              ("norm", Norm), ("ffn", FFN)):
+            allowed = get_args(literal)
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}.")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
+                              "(each key/value head serves a whole group of query heads).")
+        if self.positional == "rope" and self.d_k % 2:
+            raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
+        if self.positional != "rope" and self.d_model % 2:
+            raise ConfigError(f"sinusoid and learned positions need an even d_model, got {self.d_model}.")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
+
+    def replace(self, **overrides) -> "TransformerConfig":
+        """A new config with some fields changed. Derived fields (d_k, d_v, n_kv_heads, per-side depths) are
+        re-derived unless given, so `paper_base.replace(n_heads=16)` gives d_k = 32 as in Table 3 row A."""
+        unknown = sorted(set(overrides) - set(field_names()))
+        if unknown:
+            raise ConfigError(unknown_field_message(unknown[0]))
+        values = {f: getattr(self, f) for f in field_names()}
+        for derived, source in (("d_k", ("d_model", "n_heads")), ("d_v", ("d_model", "n_heads")),
+                                ("n_kv_heads", ("n_heads",)), ("n_enc_layers", ("n_layers",)),
+                                ("n_dec_layers", ("n_layers",))):
+            if derived not in overrides and any(s in overrides for s in source) \
+                    and values[derived] == _derived_default(self, derived):
+                values[derived] = None
+        values.update(overrides)
+        return TransformerConfig(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _derived_default(cfg: TransformerConfig, name: str) -> int:
+    """What a derived field would be if it had been left unset (to tell 'derived' from 'set by hand')."""
+    return {"d_k": cfg.d_model // cfg.n_heads, "d_v": cfg.d_model // cfg.n_heads, "n_kv_heads": cfg.n_heads,
+            "n_enc_layers": cfg.n_layers, "n_dec_layers": cfg.n_layers}[name]
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(TransformerConfig)]
+
+
+def unknown_field_message(name: str) -> str:
+    import difflib
+    close = difflib.get_close_matches(name, field_names(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown model setting {name!r}{hint}; valid settings: {', '.join(field_names())}."
+
+
+# --- Presets: frozen data. Never edit a paper preset (tensor2tensor's transformer_base drifted to pre-norm). ---
+
+# Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1 (65 M params in the paper).
+paper_base = TransformerConfig()
+# Table 3 "big": d_model=1024, d_ff=4096, h=16, P_drop=0.3 (213 M params in the paper).
+paper_big = TransformerConfig(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3)
+# A laptop-sized model with the base's proportions (d_k = d_model / h, d_ff = 4 d_model); vocab from the data.
+tiny = TransformerConfig(vocab_size=8000, d_model=128, d_ff=512, n_heads=4, n_layers=2, p_drop=0.1, max_len=512)
+# Today's replacements on the base's widths: RoPE, pre-norm RMSNorm, SwiGLU (d_ff scaled by 2/3 to keep the
+# FFN's parameter count, 1365 rounded to a multiple of 64) and grouped-query attention (2 key/value heads).
+modern_base = TransformerConfig(positional="rope", norm_position="pre", norm="rms", ffn="swiglu",
+                                d_ff=1344, n_kv_heads=2)
+
+PRESETS: dict[str, TransformerConfig] = {
+    "paper_base": paper_base,
+    "paper_big": paper_big,
+    "tiny": tiny,
+    "modern_base": modern_base,
+}
+
+
+def get_preset(name: str) -> TransformerConfig:
+    if name not in PRESETS:
+        import difflib
+        close = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown preset {name!r}{hint}; choose one of {', '.join(PRESETS)}.")
+    return PRESETS[name]

@@ -1,0 +1,107 @@
+"""Greedy and batched beam search (§6.1: beam 4, length penalty alpha = 0.6, max length = input + 50,
+terminating early when possible), incremental with the per-layer KV cache.
+
+Both take a padded source batch (B, S) and return, per sentence, the generated token ids without BOS/EOS.
+`use_cache=False` recomputes the whole decoder prefix at every step: the slow reference for tests and
+for the benchmark's cache speed-up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .transformer import Transformer
+
+
+def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> torch.Tensor:
+    """Per-sentence output limit: source length + max_extra tokens (EOS included)."""
+    return (src != model.cfg.pad_id).sum(1) + max_extra
+
+
+def _next_logits(model: Transformer, tokens: torch.Tensor, memory: torch.Tensor, mask, cache, step: int):
+    if cache is not None:
+        return model.decode_step(tokens[:, -1], memory, mask, cache, step)
+    return model.out_proj(model.decode(tokens, memory, mask)[:, -1])
+
+
+def _strip(seq: list[int], eos: int) -> list[int]:
+    return seq[:seq.index(eos)] if eos in seq else seq
+
+
+@torch.no_grad()
+def greedy(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_extra: int = 50,
+           use_cache: bool = True) -> list[list[int]]:
+    model.eval()
+    memory, mask = model.encode(src)
+    limits = _length_limits(model, src, max_extra)
+    steps = int(limits.max())
+    batch = src.size(0)
+    tokens = torch.full((batch, 1), bos, dtype=torch.long, device=src.device)
+    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    lengths = limits.clone()                       # tokens kept per sentence, EOS included
+    cache = model.new_cache(batch, steps, memory) if use_cache else None
+    for t in range(steps):
+        nxt = _next_logits(model, tokens, memory, mask, cache, t).argmax(-1)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        lengths = torch.where(~done & (nxt == eos), t + 1, lengths)
+        done |= (nxt == eos) | (t + 1 >= limits)
+        if bool(done.all()):
+            break
+    return [_strip(row[:n], eos) for row, n in zip(tokens[:, 1:].tolist(), lengths.tolist())]
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float):
+    """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha; a hypothesis is ranked by log P(Y) / lp(Y)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_size: int = 4,
+                alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True) -> list[list[int]]:
+    """Batched beam search. Each step extends every live beam, keeps the 2K best candidates so that K
+    live ones remain after some end in EOS, moves finished ones aside with their length-normalized score,
+    and stops a sentence once no live beam can beat its best finished hypothesis (log-probabilities only
+    fall and the penalty is largest at the length limit) or the limit is reached."""
+    model.eval()
+    k = beam_size
+    memory, mask = model.encode(src)
+    batch, device = src.size(0), src.device
+    memory = memory.repeat_interleave(k, dim=0)                          # (B*K, S, d_model)
+    mask = mask.repeat_interleave(k, dim=0) if mask is not None else None
+    limits = _length_limits(model, src, max_extra)                       # (B,)
+    best_possible_lp = length_penalty(limits.float(), alpha)
+    steps = int(limits.max())
+    tokens = torch.full((batch * k, 1), bos, dtype=torch.long, device=device)
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0                                                   # one live beam at the start
+    best_score = torch.full((batch,), float("-inf"), device=device)
+    best_seq: list[list[int]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    cache = model.new_cache(batch * k, steps, memory) if use_cache else None
+    rows = torch.arange(batch, device=device)[:, None] * k
+    for t in range(steps):
+        logp = _next_logits(model, tokens, memory, mask, cache, t).float().log_softmax(-1)   # (B*K, V)
+        vocab = logp.size(-1)
+        cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)
+        top_scores, top_ids = cand.topk(2 * k, dim=1)                    # (B, 2K)
+        beam, tok = top_ids // vocab, top_ids % vocab
+        at_limit = (t + 1 >= limits)[:, None]
+        finishing = (tok == eos) | at_limit
+        fin_scores = torch.where(finishing, top_scores / length_penalty(t + 1, alpha), float("-inf"))
+        fin_best, fin_j = fin_scores.max(dim=1)
+        improved = (fin_best > best_score) & ~done
+        for b in improved.nonzero().flatten().tolist():
+            j = int(fin_j[b])
+            best_score[b] = fin_best[b]
+            best_seq[b] = tokens[b * k + int(beam[b, j]), 1:].tolist() + [int(tok[b, j])]
+        live_scores, order = torch.where(finishing, float("-inf"), top_scores).topk(k, dim=1)
+        src_rows = (rows + beam.gather(1, order)).view(-1)               # (B*K,) beams that survive
+        tokens = torch.cat([tokens[src_rows], tok.gather(1, order).view(-1, 1)], dim=1)
+        scores = live_scores
+        if cache is not None:
+            for self_cache, _ in cache:                                  # cross caches equal within a sentence
+                self_cache.reorder(src_rows)
+        done |= at_limit[:, 0] | (best_score >= scores[:, 0] / best_possible_lp)
+        if bool(done.all()):
+            break
+    return [_strip(seq, eos) for seq in best_seq]

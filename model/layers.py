@@ -1,0 +1,98 @@
+"""Feed-forward blocks, norms and positional encodings: each variant is one small function of the config."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import TransformerConfig
+
+
+class FeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
+
+    ffn=gelu swaps the activation; ffn=swiglu is Shazeer (2020)'s gated unit, W2(silu(x W1) * x W3)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.kind = cfg.ffn
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.w3 = nn.Linear(cfg.d_model, cfg.d_ff) if cfg.ffn == "swiglu" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.w1(x)                                        # (B, T, d_ff)
+        if self.kind == "relu":
+            h = F.relu(h)
+        elif self.kind == "gelu":
+            h = F.gelu(h)
+        else:
+            h = F.silu(h) * self.w3(x)
+        return self.w2(h)
+
+
+def make_norm(cfg: TransformerConfig) -> nn.Module:
+    if cfg.norm == "layer":
+        return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+def sinusoid_table(n_positions: int, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...); wavelengths 2π .. 10000·2π.
+
+    Interleaved as the paper writes it (tensor2tensor concatenates the sin and cos halves instead)."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]                 # (P, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table.float()                                                          # (P, d_model)
+
+
+class PositionalEncoding(nn.Module):
+    """Adds absolute positions to the scaled embeddings (sinusoid, §3.5, or learned, Table 3 row E).
+
+    With positional=rope this adds nothing: RoPE rotates queries and keys inside attention instead."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.kind = cfg.positional
+        self.max_len = cfg.max_len
+        if cfg.positional == "sinusoid":
+            self.register_buffer("table", sinusoid_table(cfg.max_len, cfg.d_model), persistent=False)
+        elif cfg.positional == "learned":
+            self.table = nn.Parameter(torch.empty(cfg.max_len, cfg.d_model))
+            nn.init.normal_(self.table, std=cfg.d_model ** -0.5)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if self.kind == "rope":
+            return x
+        end = offset + x.size(1)
+        if end > self.max_len:
+            raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
+        return x + self.table[offset:end].to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """RoPE (Su et al. 2021): rotate each (even, odd) pair of query/key dimensions by a position angle."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, cfg.d_k, 2, dtype=torch.float32) / cfg.d_k))
+        angles = torch.arange(cfg.max_len, dtype=torch.float32)[:, None] * inv_freq   # (P, d_k/2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.max_len = cfg.max_len
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        # x: (B, h, T, d_k)
+        end = offset + x.size(-2)
+        if end > self.max_len:
+            raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
+        cos, sin = self.cos[offset:end].to(x.dtype), self.sin[offset:end].to(x.dtype)   # (T, d_k/2)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)         # (B, h, T, d_k/2, 2)
+        return out.flatten(-2)
