@@ -86,7 +86,10 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
         top_scores, top_ids = cand.topk(2 * k, dim=1)                    # (B, 2K)
         beam, tok = top_ids // vocab, top_ids % vocab
         at_limit = (t + 1 >= limits)[:, None]
-        finishing = (tok == eos) | at_limit
+        is_eos = tok == eos
+        # As in fairseq, an EOS candidate finishes only if it ranks among the K best: finished hypotheses
+        # compete for the K beam slots, which also makes beam 1 exactly greedy (with alpha = 0).
+        finishing = (is_eos & (torch.arange(2 * k, device=device) < k)) | at_limit
         fin_scores = torch.where(finishing, top_scores / length_penalty(t + 1, alpha), float("-inf"))
         fin_best, fin_j = fin_scores.max(dim=1)
         improved = (fin_best > best_score) & ~done
@@ -94,7 +97,7 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
             j = int(fin_j[b])
             best_score[b] = fin_best[b]
             best_seq[b] = tokens[b * k + int(beam[b, j]), 1:].tolist() + [int(tok[b, j])]
-        live_scores, order = torch.where(finishing, float("-inf"), top_scores).topk(k, dim=1)
+        live_scores, order = torch.where(is_eos | at_limit, float("-inf"), top_scores).topk(k, dim=1)
         src_rows = (rows + beam.gather(1, order)).view(-1)               # (B*K,) beams that survive
         tokens = torch.cat([tokens[src_rows], tok.gather(1, order).view(-1, 1)], dim=1)
         scores = live_scores
