@@ -1,0 +1,114 @@
+"""python -m harness data | train | bench: the command line. Bad input ends in one sentence and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+
+def _cmd_data_synth(args) -> int:
+    from .data.synth import write_corpus
+    manifest = write_corpus(args.out, args.pairs, args.dev_pairs, args.test_pairs, args.seed)
+    print(json.dumps(manifest) if args.json else f"wrote the made-up corpus to {args.out}: "
+          f"{args.pairs} train, {args.dev_pairs} dev, {args.test_pairs} test pairs (seed {args.seed})")
+    return 0
+
+
+def _cmd_data_prepare(args) -> int:
+    from .data.wmt import prepare_wmt14_en_de
+    if args.corpus != "wmt14-en-de":
+        raise UserError(f"unknown corpus {args.corpus!r}; `data prepare` knows: wmt14-en-de.")
+    manifest = prepare_wmt14_en_de(args.from_dir, args.out)
+    print(json.dumps(manifest) if args.json else f"prepared wmt14-en-de in {args.out}")
+    return 0
+
+
+def _cmd_train(args) -> int:
+    from model import ConfigError, get_preset
+
+    from . import overrides
+    from .data.corpus import DataConfig
+    from .train import TRAIN_PRESETS, train
+    try:
+        model_cfg = get_preset(args.preset)
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    data_cfg = DataConfig(name=args.data)
+    model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, TRAIN_PRESETS[args.preset], data_cfg,
+                                                     overrides.parse_sets(args.set))
+    metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        keys = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "dev_bleu_copy_source", "params", "steps",
+                "train_seconds", "tokens_per_s")
+        print(" | ".join(f"{k} {metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k} {metrics[k]}"
+                         for k in keys if k in metrics))
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from .bench import run_bench
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness",
+                                     description="Regenerate the tables of 'Attention Is All You Need'.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    data = sub.add_parser("data", help="make or prepare data").add_subparsers(dest="data_command", required=True)
+    synth = data.add_parser("synth", help="write the made-up translation corpus (with gold parse trees)")
+    synth.add_argument("--out", required=True, type=Path, help="directory to write")
+    synth.add_argument("--pairs", type=int, default=50_000, help="training pairs (1 k to 10 M)")
+    synth.add_argument("--dev-pairs", type=int, default=1000)
+    synth.add_argument("--test-pairs", type=int, default=1000)
+    synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    synth.set_defaults(func=_cmd_data_synth)
+    prep = data.add_parser("prepare", help="build the paper's split from downloaded WMT files")
+    prep.add_argument("corpus", help="wmt14-en-de")
+    prep.add_argument("--from", dest="from_dir", required=True, type=Path, help="directory of downloaded files")
+    prep.add_argument("--out", required=True, type=Path)
+    prep.add_argument("--json", action="store_true")
+    prep.set_defaults(func=_cmd_data_prepare)
+
+    tr = sub.add_parser("train", help="train one model and evaluate it on the dev set")
+    tr.add_argument("--preset", default="tiny", help="paper_base | paper_big | tiny | modern_base")
+    tr.add_argument("--data", default="synth", help="'synth' (the made-up corpus) or a prepared data directory")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a model, train or data setting, e.g. --set n_heads=1 --set train.steps=200")
+    tr.add_argument("--out", required=True, type=Path, help="run directory (resumed if it holds checkpoints)")
+    tr.add_argument("--json", action="store_true", help="print a final JSON line of metrics")
+    tr.add_argument("--quiet", action="store_true", help="no progress lines")
+    tr.set_defaults(func=_cmd_train)
+
+    be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
+    be.add_argument("--preset", default="tiny")
+    be.add_argument("--device", default="auto")
+    be.add_argument("--dtype", default="auto", help="fp32 | bf16 | auto (bf16 on CUDA, fp32 on CPU)")
+    be.add_argument("--tokens", type=int, default=0, help="target tokens per batch (0: 25000 on GPU, 4096 on CPU)")
+    be.add_argument("--sentence-len", type=int, default=25, help="mean sentence length in tokens")
+    be.add_argument("--repeats", type=int, default=10)
+    be.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
+    be.add_argument("--no-decode", action="store_true", help="skip the decoding benchmarks")
+    be.add_argument("--json", action="store_true")
+    be.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

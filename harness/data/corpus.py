@@ -1,0 +1,80 @@
+"""From a data name to encoded train/dev/test sets: the made-up corpus (generated once and cached) or a
+directory of plain parallel text (e.g. what `python -m harness data prepare wmt14-en-de` writes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+
+from .batching import ParallelData
+from .bpe import Tokenizer, train_bpe
+from .readers import read_parallel
+
+# File name pairs a data directory may use, in order of preference.
+_SUFFIXES = (("src", "tgt"), ("en", "de"))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "synth"            # "synth" (the made-up corpus) or a directory with train/dev/test files
+    train_pairs: int = 50_000      # synth only: sizes and seed of the generated corpus
+    dev_pairs: int = 1000
+    test_pairs: int = 1000
+    seed: int = 1
+    cache_dir: str = "data"        # generated corpora and BPE models are cached here
+
+
+@dataclass
+class Split:
+    src_text: list[str]
+    tgt_text: list[str]
+    data: ParallelData
+
+
+@dataclass
+class Dataset:
+    tokenizer: Tokenizer
+    train: Split
+    dev: Split
+    test: Split
+    root: Path
+    info: dict = field(default_factory=dict)
+
+
+def corpus_dir(cfg: DataConfig) -> Path:
+    """Where the text files are: generated on demand for synth, the user's directory otherwise."""
+    if cfg.name == "synth":
+        from .synth import write_corpus
+        root = Path(cfg.cache_dir).resolve() / f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}"
+        write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed)
+        return root
+    root = Path(cfg.name)
+    if not root.is_dir():
+        raise UserError(f"data {cfg.name!r} is neither 'synth' nor an existing directory; give 'synth' or a "
+                        "directory holding train/dev/test files (e.g. from `python -m harness data prepare`).")
+    return root
+
+
+def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
+    for a, b in _SUFFIXES:
+        if (root / f"{split}.{a}").is_file() and (root / f"{split}.{b}").is_file():
+            return root / f"{split}.{a}", root / f"{split}.{b}"
+    raise UserError(f"data directory {root} has no {split}.src/{split}.tgt or {split}.en/{split}.de pair; "
+                    "it needs train, dev and test files with one sentence a line.")
+
+
+def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -> Dataset:
+    root = corpus_dir(cfg)
+    paths = {split: _split_paths(root, split) for split in ("train", "dev", "test")}
+    tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe"))
+    splits = {}
+    for split, (src_path, tgt_path) in paths.items():
+        src, tgt = read_parallel(src_path, tgt_path)
+        # Training pairs longer than the model's position table are dropped; dev/test are kept whole.
+        data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len if split == "train" else None)
+        splits[split] = Split(src, tgt, data)
+    info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
+            **{f"{s}_pairs": len(splits[s].data) for s in splits}}
+    return Dataset(tokenizer, splits["train"], splits["dev"], splits["test"], root, info)

@@ -1,0 +1,586 @@
+"""The synthetic EN-like -> DE-like translation corpus, with gold constituency trees.
+
+Real WMT data cannot ship, so this is the project's default data. It is built so that attention has to
+work for its living (DESIGN.md, "The synthetic corpora"):
+
+- the source is English-like SVO, made by a probabilistic grammar with bounded recursion: relative
+  clauses (subject and object gap, so centre embedding happens), that-complements, PPs, coordination of
+  NPs and clauses, adjectives (with intensifiers), adverbs, pronouns, number and tense;
+- the lexicon is Zipfian (p ~ 1/rank^s inside each part of speech), thousands of pronounceable
+  pseudo-words, with a different target spelling per lemma, so the model must learn a dictionary;
+- some nouns and verbs have two senses with different target words: a verb's sense follows the animacy
+  of its object (which may be the antecedent of an object-gap relative clause, far to the left), a
+  noun's sense follows the class of its first adjective, or else of the verb/preposition governing it;
+- the target is verb-second in main clauses and verb-final in subordinate and relative clauses, has
+  postpositions, puts adjectives after the noun (mirrored), moves VP-level PPs before the object;
+- target verbs agree with their subject in number AND gender (gender is a hidden lexical property of the
+  target noun, never marked in the source), across relative clauses; determiners, adjectives and
+  relative pronouns agree with the noun, and determiners/relative pronouns are marked for case.
+
+Everything is a function of (seed, stream, i) and the lexicon seed: pair i is made by its own
+random.Random, so a corpus is a prefix of any larger one with the same seed, and shards can be made
+independently. No hash() of strings and no global random state, so output is byte-identical across runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from bisect import bisect_right
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from itertools import accumulate
+from pathlib import Path
+from typing import Callable, Iterator
+
+from harness.errors import UserError
+
+# Bump when the grammar or lexicon changes, so cached corpora made by an older generator are not reused.
+GENERATOR_VERSION = 1
+MAX_PAIRS = 10_000_000
+SPLITS = ("train", "dev", "test")  # stream 0, 1, 2: dev and test never share random streams with train
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    n_nouns: int = 3000
+    n_verbs: int = 1000
+    n_adjectives: int = 800
+    n_adverbs: int = 200
+    n_ambiguous: int = 200  # two-sense lemmas, half nouns and half verbs, drawn from the frequent ones
+    zipf_s: float = 1.0  # sampling weight 1/rank^zipf_s inside each part of speech
+    max_depth: int = 4  # how deep clauses, PPs and coordinations may nest
+    p_relative: float = 0.32  # an NP gets a relative clause
+    p_pp: float = 0.32  # an NP gets a PP; a VP gets one with 0.6 of this
+    p_coord: float = 0.15  # an NP is a coordination; a sentence is two coordinated clauses
+    p_adjective: float = 0.5
+    p_adverb: float = 0.2
+    p_pronoun: float = 0.08  # a subject is a pronoun
+    p_plural: float = 0.35
+    p_past: float = 0.5
+    max_len: int = 70  # source tokens including the final "."; longer draws are redrawn
+    lexicon_seed: int = 0  # fixes the spellings and lexical features, separately from the sentence seed
+
+
+@dataclass(frozen=True)
+class Example:
+    src: str  # space-separated source words with final " ."
+    tgt: str  # target sentence
+    tree: str  # one-line PTB bracketed tree of src; its leaves (in order) are exactly src.split()
+
+
+# --------------------------------------------------------------------------------------------- lexicon
+# Source spellings look English; target spellings look German (with umlauts, so files are real UTF-8).
+_SRC_ON = "b d f g k l m n p r s t v w br dr gl pl st tr sn cr fl gr sh th ch j".split()
+_SRC_NU = "a e i o u ee oo ai ou".split()
+_SRC_CO = ["", "", "", "n", "m", "t", "k", "p", "d", "rd", "nd", "sk", "ll", "ng", "x"]
+_TGT_ON = "b d f g h k l m n r s t w z sch kr pf gr bl fr kl sp".split()
+_TGT_NU = "a e i o u ä ö ü ei au ie".split()
+_TGT_CO = ["", "", "", "n", "m", "t", "ck", "ch", "nd", "rt", "lz", "ß", "ng"]
+
+# Target inflection: all suffixes, so subword BPE has something to learn.
+_G_SUF = ("er", "a", "es")  # masc, fem, neut agreement on determiners, adjectives, relative pronouns
+_PL_SUF = "i"  # plural agreement, after the gender suffix
+_CASE_SUF = ("", "n", "m")  # nominative, accusative, dative on determiners and relative pronouns
+_NOUN_PL = ("e", "en", "er")  # noun plural by gender
+_VERB_AGR = (("ar", "aren"), ("is", "isen"), ("um", "umen"))  # [gender][plural]: subject agreement
+_TENSE = ("", "te")  # present, past, between verb stem and agreement
+NOM, ACC, DAT = 0, 1, 2
+
+# Closed classes: source word -> target stem (determiners and relative pronoun inflect, the rest do not).
+_DET_SG = (("the", "d"), ("a", "ein"), ("this", "dies"), ("every", "jed"), ("no", "kein"))
+_DET_PL = (("the", "d"), ("some", "manch"), ("these", "dies"), ("many", "viel"), ("no", "kein"))
+_DET_W = (0.5, 0.3, 0.1, 0.05, 0.05)  # same weights for both tables
+_PRONOUNS = (("he", "ehr", 0, 0), ("she", "sie", 1, 0), ("it", "es", 2, 0), ("they", "sii", 2, 1))
+# Prepositions that attach to NPs and ones that attach to VPs are disjoint, so the gold tree is
+# recoverable from the words; the bit is the sense cue an ambiguous noun inside the PP follows.
+_PREP_NP = (("in", "drin", 0), ("on", "auf", 1), ("near", "nah", 0), ("under", "unt", 1),
+            ("behind", "hint", 0), ("with", "mit", 1), ("of", "von", 0), ("beside", "neb", 1))
+_PREP_VP = (("after", "nach", 0), ("before", "vor", 1), ("during", "während", 0),
+            ("without", "ohn", 1), ("despite", "trotz", 0), ("for", "für", 1))
+_CONJ = (("and", "und"), ("or", "oder"), ("but", "aber"))
+_INTENS = (("very", "sehr"), ("quite", "ganz"), ("rather", "ziemlich"))
+_REL, _COMP = "wel", "dass"  # target relative-pronoun stem, complementizer
+T, I, C = 0, 1, 2  # verb kinds: transitive, intransitive, takes a that-clause
+
+
+def _tgt_det(stem: str, g: int, pl: int, case: int) -> str:
+    return stem + _G_SUF[g] + (_PL_SUF if pl else "") + _CASE_SUF[case]
+
+
+class _Lexicon:
+    """Spellings and hidden lexical features; index = frequency rank inside the part of speech."""
+
+    def __init__(self, cfg: SynthConfig):
+        rng = random.Random(cfg.lexicon_seed)
+        src_used = {w for tab in (_DET_SG, _DET_PL, _CONJ, _INTENS) for w, _ in tab}
+        src_used |= {p[0] for p in _PRONOUNS + _PREP_NP + _PREP_VP} | {"that"}
+        tgt_used = {p[1] for p in _PRONOUNS + _PREP_NP + _PREP_VP} | {_COMP}
+        tgt_used |= {t for tab in (_CONJ, _INTENS) for _, t in tab}
+        tgt_used |= {_tgt_det(s, g, pl, c) for s in {t for _, t in _DET_SG + _DET_PL} | {_REL}
+                     for g in range(3) for pl in (0, 1) for c in range(3)}
+
+        def word(on, nu, co, rank):  # frequent words are short, as in real languages
+            n_syl = 1 + (rank >= 40) + (rank >= 600 or rng.random() < 0.15)
+            return "".join(rng.choice(on) + rng.choice(nu) + rng.choice(co) for _ in range(n_syl))
+
+        def fresh(used, on, nu, co, rank, forms):  # a stem none of whose surface forms is taken
+            while True:
+                stem = word(on, nu, co, rank)
+                out = forms(stem)
+                if not used.intersection(out) and len(set(out)) == len(out):
+                    used.update(out)
+                    return stem
+
+        src = lambda r, forms: fresh(src_used, _SRC_ON, _SRC_NU, _SRC_CO, r, forms)
+        tgt = lambda r, forms: fresh(tgt_used, _TGT_ON, _TGT_NU, _TGT_CO, r, forms)
+        n_amb_n = cfg.n_ambiguous // 2
+        n_amb_v = cfg.n_ambiguous - n_amb_n
+
+        # Nouns: source sg/pl; per sense a target stem and a gender; animacy is a lemma property.
+        self.n_src = [src(r, lambda s: [s, s + "s"]) for r in range(cfg.n_nouns)]
+        self.n_anim = [rng.random() < 0.4 for _ in range(cfg.n_nouns)]
+        amb = set(rng.sample(range(5, min(cfg.n_nouns, 5 + 8 * n_amb_n)), n_amb_n))
+        self.n_amb = [r in amb for r in range(cfg.n_nouns)]
+        self.n_gender: list[tuple[int, int]] = []
+        self.n_tgt: list[tuple[tuple[str, str], tuple[str, str]]] = []  # [noun][sense][plural]
+        for r in range(cfg.n_nouns):
+            senses = []
+            for _ in range(2 if self.n_amb[r] else 1):
+                g = rng.randrange(3)
+                stem = tgt(r, lambda s: [s, s + _NOUN_PL[g]])
+                senses.append((g, (stem, stem + _NOUN_PL[g])))
+            senses = senses * (3 - len(senses))  # unambiguous: both senses are the same
+            self.n_gender.append((senses[0][0], senses[1][0]))
+            self.n_tgt.append((senses[0][1], senses[1][1]))
+
+        # Verbs: source base/-s/-ed; target [sense][tense][gender][plural].
+        self.v_src = [src(r, lambda s: [s, s + "s", s + "ed"]) for r in range(cfg.n_verbs)]
+        self.v_kind = [rng.choices((T, I, C), (0.6, 0.3, 0.1))[0] for _ in range(cfg.n_verbs)]
+        self.v_kind[0] = T  # so a transitive verb always exists, even in tiny lexicons
+        self.v_bit = [rng.randrange(2) for _ in range(cfg.n_verbs)]
+        trans = [r for r in range(cfg.n_verbs) if self.v_kind[r] == T]
+        pool = trans[: 8 * n_amb_v]
+        amb = set(rng.sample(pool, min(n_amb_v, len(pool))))
+        self.v_amb = [r in amb for r in range(cfg.n_verbs)]
+        vforms = lambda s: [s + t + a for t in _TENSE for ga in _VERB_AGR for a in ga]
+        self.v_tgt = []
+        for r in range(cfg.n_verbs):
+            stems = [tgt(r, vforms) for _ in range(2 if self.v_amb[r] else 1)] * 2
+            self.v_tgt.append(tuple(tuple(tuple(tuple(s + t + a for a in ga) for ga in _VERB_AGR)
+                                          for t in _TENSE) for s in stems[:2]))
+
+        # Adjectives (target: [gender][plural]) and adverbs (source -ly, target uninflected).
+        aforms = lambda s: [s + g + p for g in _G_SUF for p in ("", _PL_SUF)]
+        self.a_src = [src(r, lambda s: [s]) for r in range(cfg.n_adjectives)]
+        self.a_bit = [rng.randrange(2) for _ in range(cfg.n_adjectives)]
+        self.a_tgt = [tuple((s + g, s + g + _PL_SUF) for g in _G_SUF)
+                      for s in (tgt(r, aforms) for r in range(cfg.n_adjectives))]
+        self.r_src = [src(r, lambda s: [s + "ly"]) + "ly" for r in range(cfg.n_adverbs)]
+        self.r_tgt = [tgt(r, lambda s: [s]) for r in range(cfg.n_adverbs)]
+
+    def analyses(self) -> tuple[dict, dict]:
+        """Surface form -> analysis, for the source and the target side (tests and diagnostics)."""
+        src, tgt = {}, {}
+        for i, w in enumerate(self.n_src):
+            src[w], src[w + "s"] = ("N", i, 0), ("N", i, 1)
+            for sense in (0, 1):
+                for pl in (0, 1):
+                    tgt[self.n_tgt[i][sense][pl]] = ("N", i, sense, pl)
+        for i, w in enumerate(self.v_src):
+            src[w] = src[w + "s"] = src[w + "ed"] = ("V", i)
+            for sense in (0, 1):
+                for tense in (0, 1):
+                    for g in range(3):
+                        for pl in (0, 1):
+                            tgt[self.v_tgt[i][sense][tense][g][pl]] = ("V", i, sense, tense, g, pl)
+        for i, w in enumerate(self.a_src):
+            src[w] = ("J", i)
+            for g in range(3):
+                for pl in (0, 1):
+                    tgt[self.a_tgt[i][g][pl]] = ("J", i, g, pl)
+        for i, (s, t) in enumerate(zip(self.r_src, self.r_tgt)):
+            src[s], tgt[t] = ("R", i), ("R", i)
+        for g in range(3):
+            for pl in (0, 1):
+                for case in range(3):
+                    tgt[_tgt_det(_REL, g, pl, case)] = ("REL", g, pl, case)
+        return src, tgt
+
+
+@lru_cache(maxsize=8)
+def _lexicon(n_nouns, n_verbs, n_adjectives, n_adverbs, n_ambiguous, lexicon_seed) -> _Lexicon:
+    return _Lexicon(SynthConfig(n_nouns=n_nouns, n_verbs=n_verbs, n_adjectives=n_adjectives,
+                                n_adverbs=n_adverbs, n_ambiguous=n_ambiguous, lexicon_seed=lexicon_seed))
+
+
+def lexicon(cfg: SynthConfig) -> _Lexicon:
+    return _lexicon(cfg.n_nouns, cfg.n_verbs, cfg.n_adjectives, cfg.n_adverbs, cfg.n_ambiguous,
+                    cfg.lexicon_seed)
+
+
+def _zipf(ranks, s: float) -> tuple[list[float], float]:
+    """Cumulative 1/rank^s weights for bisect, and their total; the last is made infinite so that
+    float rounding of random() * total can never fall off the end."""
+    cum = list(accumulate(1.0 / (r + 1) ** s for r in ranks))
+    total = cum[-1]
+    cum[-1] = float("inf")
+    return cum, total
+
+
+# --------------------------------------------------------------------------------------------- grammar
+MAIN, COMP, RSUBJ, ROBJ = 0, 1, 2, 3  # clause kinds: V2 main, that-complement, subject/object-gap rel.
+
+
+def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[list, str, list]]:
+    """Returns sentence(rng.random) -> (src tokens, tree, tgt tokens). Closures over locals, for speed."""
+    lex = lexicon(cfg)
+    max_len, max_depth, p_rel, p_coord = cfg.max_len, cfg.max_depth, cfg.p_relative, cfg.p_coord
+    p_pp, p_vpp = cfg.p_pp, 0.6 * cfg.p_pp
+    p_adj, p_adv, p_pron = cfg.p_adjective, cfg.p_adverb, cfg.p_pronoun
+    p_pl, p_past = cfg.p_plural, cfg.p_past
+    ncum, ntot = _zipf(range(cfg.n_nouns), cfg.zipf_s)
+    acum, atot = _zipf(range(cfg.n_adjectives), cfg.zipf_s)
+    rcum, rtot = _zipf(range(cfg.n_adverbs), cfg.zipf_s)
+    vcum, vtot = _zipf(range(cfg.n_verbs), cfg.zipf_s)
+    # Restricted verb samplers (transitive only; no that-clause) keep each verb's global rank weight.
+    v_t = [v for v in range(cfg.n_verbs) if lex.v_kind[v] == T]
+    v_ti = [v for v in range(cfg.n_verbs) if lex.v_kind[v] != C]
+    tcum, ttot = _zipf(v_t, cfg.zipf_s)
+    ticum, titot = _zipf(v_ti, cfg.zipf_s)
+    detcum, dettot = list(accumulate(_DET_W)), sum(_DET_W)
+    detcum[-1] = float("inf")
+
+    # Precomputed leaves and forms: the hot path only indexes and concatenates.
+    n_src = (lex.n_src, [w + "s" for w in lex.n_src])
+    n_leaf = ([f"(NN {w})" for w in n_src[0]], [f"(NNS {w})" for w in n_src[1]])
+    n_tgt, n_gender, n_amb, n_anim = lex.n_tgt, lex.n_gender, lex.n_amb, lex.n_anim
+    a_src, a_leaf, a_tgt, a_bit = lex.a_src, [f"(JJ {w})" for w in lex.a_src], lex.a_tgt, lex.a_bit
+    r_src, r_leaf, r_tgt = lex.r_src, [f"(ADVP (RB {w}))" for w in lex.r_src], lex.r_tgt
+    v_forms = [(w, w + "s", w + "ed") for w in lex.v_src]  # VBP, VBZ, VBD
+    v_tgt, v_kind, v_bit, v_amb = lex.v_tgt, lex.v_kind, lex.v_bit, lex.v_amb
+    def paradigm(stem):  # [gender][plural][case]
+        return [[[_tgt_det(stem, g, pl, c) for c in range(3)] for pl in (0, 1)] for g in range(3)]
+
+    dets = [[(w, f"(DT {w})", paradigm(t)) for w, t in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
+    rel = paradigm(_REL)  # [gender][plural][case]
+    prons = [(w, f"(NP (PRP {w}))", t, g, pl) for w, t, g, pl in _PRONOUNS]
+    preps_np = [(w, f"(IN {w})", t, b) for w, t, b in _PREP_NP]
+    preps_vp = [(w, f"(IN {w})", t, b) for w, t, b in _PREP_VP]
+    intens = [(w, f"(RB {w})", t) for w, t in _INTENS]
+
+    def pp(rnd, depth, table):
+        w, leaf, t, bit = table[int(rnd() * len(table))]
+        s, tr, tg, _, _, _, _ = np_(rnd, depth + 1, bit, DAT, False, False)
+        return [w] + s, f"(PP {leaf} {tr})", tg + [t]  # postposition in the target
+
+    def base_np(rnd, gbit, case):
+        pl = 1 if rnd() < p_pl else 0
+        i = bisect_right(ncum, rnd() * ntot)
+        src, leaves, tgt_adj = [], [], []
+        det = None
+        if not pl or rnd() < 0.8:  # plurals may be bare
+            det = dets[pl][bisect_right(detcum, rnd() * dettot)]
+            src.append(det[0])
+            leaves.append(det[1])
+        sense_bit = gbit
+        if rnd() < p_adj:
+            for k in range(2 if rnd() < 0.25 else 1):
+                j = bisect_right(acum, rnd() * atot)
+                if k == 0:
+                    sense_bit = a_bit[j]  # the first adjective is the sense cue for the noun
+                tj = a_tgt[j]
+                if rnd() < 0.1:
+                    iw, ileaf, it = intens[int(rnd() * 3)]
+                    src += (iw, a_src[j])
+                    leaves.append(f"(ADJP {ileaf} {a_leaf[j]})")
+                    tgt_adj.append((tj, it))
+                else:
+                    src.append(a_src[j])
+                    leaves.append(a_leaf[j])
+                    tgt_adj.append((tj, None))
+        sense = sense_bit if n_amb[i] else 0
+        g = n_gender[i][sense]
+        src.append(n_src[pl][i])
+        leaves.append(n_leaf[pl][i])
+        tgt = [det[2][g][pl][case]] if det else []
+        tgt.append(n_tgt[i][sense][pl])
+        for tj, it in reversed(tgt_adj):  # adjectives follow the noun, mirrored, intensifier after
+            tgt.append(tj[g][pl])
+            if it:
+                tgt.append(it)
+        return src, "(NP " + " ".join(leaves) + ")", tgt, g, pl, n_anim[i]
+
+    def np_(rnd, depth, gbit, case, subj, allow_rel):
+        """-> src, tree, tgt, gender, plural, animate, open (ends in a relative clause)."""
+        if subj and rnd() < p_pron:
+            w, tree, t, g, pl = prons[int(rnd() * 4)]
+            return [w], tree, [t], g, pl, True, False
+        deeper = depth < max_depth
+        if deeper and rnd() < p_coord:  # agreement: plural, gender of the first conjunct
+            a = base_np(rnd, gbit, case)
+            b = base_np(rnd, gbit, case)
+            cw, ct = _CONJ[int(rnd() * 2)]
+            return (a[0] + [cw] + b[0], f"(NP {a[1]} (CC {cw}) {b[1]})", a[2] + [ct] + b[2],
+                    a[3], 1, a[5], False)
+        src, tree, tgt, g, pl, anim = base_np(rnd, gbit, case)
+        if not deeper:
+            return src, tree, tgt, g, pl, anim, False
+        parts = None
+        if rnd() < p_pp:  # NPs inside PPs get no relative clause: keeps attachment unambiguous
+            s, tr, tg = pp(rnd, depth, preps_np)
+            src, tgt, parts = src + s, tgt + tg, [tree, tr]
+        is_open = False
+        if allow_rel and rnd() < p_rel:
+            kind = ROBJ if rnd() < 0.4 else RSUBJ
+            s, tr, tg = clause(rnd, depth + 1, kind, g, pl, anim)
+            src, tgt = src + ["that"] + s, tgt + [","] + tg + [","]
+            parts = (parts or [tree]) + [f"(SBAR (WHNP (WDT that)) (S {tr}))"]
+            is_open = True
+        if parts:
+            tree = "(NP " + " ".join(parts) + ")"
+        return src, tree, tgt, g, pl, anim, is_open
+
+    def clause(rnd, depth, kind, ag=0, apl=0, aanim=False):
+        """-> src, tree (children of S), tgt. ag/apl/aanim describe a relative clause's antecedent."""
+        deeper = depth < max_depth
+        if kind == ROBJ:
+            v = v_t[bisect_right(tcum, rnd() * ttot)]
+        elif deeper:
+            v = bisect_right(vcum, rnd() * vtot)
+        else:
+            v = v_ti[bisect_right(ticum, rnd() * titot)]
+        vk, vb = v_kind[v], v_bit[v]
+        past = 1 if rnd() < p_past else 0
+        if kind == RSUBJ:  # the gap is the subject: the verb agrees with the antecedent
+            s_src, s_tree, s_tgt, sg, spl = (), None, [rel[ag][apl][NOM]], ag, apl
+        else:
+            s_src, s_tree, s_tgt, sg, spl, _, _ = np_(rnd, depth, vb, NOM, True, True)
+            if kind == ROBJ:
+                s_tgt = [rel[ag][apl][ACC]] + s_tgt
+        o_src, o_tree, o_tgt, comp, is_open, sense = (), None, (), None, False, 0
+        if vk == T:
+            if kind == ROBJ:
+                oanim = aanim
+            else:
+                o_src, o_tree, o_tgt, _, _, oanim, is_open = np_(rnd, depth, vb, ACC, False, True)
+            if v_amb[v]:
+                sense = 0 if oanim else 1  # the verb's sense follows its object's animacy
+        elif vk == C:
+            c_src, c_tree, comp = clause(rnd, depth + 1, COMP)
+            o_src, o_tree, is_open = ["that"] + c_src, f"(SBAR (IN that) (S {c_tree}))", True
+        vp_src, vp_tree = [], []
+        adv = None
+        if rnd() < p_adv:
+            r = bisect_right(rcum, rnd() * rtot)
+            vp_src.append(r_src[r])
+            vp_tree.append(r_leaf[r])
+            adv = [r_tgt[r]]
+        tag = 2 if past else (0 if spl else 1)
+        vp_src.append(v_forms[v][tag])
+        vp_tree.append(("(VBP ", "(VBZ ", "(VBD ")[tag] + v_forms[v][tag] + ")")
+        vp_src += o_src
+        if o_tree:
+            vp_tree.append(o_tree)
+        pp_tgt = ()
+        # A VP-level PP after an object that ends in a clause would be ambiguous in attachment: skip it.
+        if deeper and not is_open and rnd() < p_vpp:
+            s, tr, pp_tgt = pp(rnd, depth, preps_vp)
+            vp_src += s
+            vp_tree.append(tr)
+        vt = v_tgt[v][sense][past][sg][spl]
+        vp = "(VP " + " ".join(vp_tree) + ")"
+        if kind == MAIN:  # verb second; VP-level PP before the object; a that-clause last
+            tgt = s_tgt + [vt]
+            if adv:
+                tgt += adv
+            tgt += pp_tgt
+            tgt += o_tgt
+        else:  # verb final, a that-clause extraposed after the verb
+            tgt = [",", _COMP] + s_tgt if kind == COMP else list(s_tgt)
+            if adv:
+                tgt += adv
+            tgt += pp_tgt
+            tgt += o_tgt
+            tgt.append(vt)
+        if comp:
+            tgt += comp
+        src = list(s_src) + vp_src
+        return src, (f"{s_tree} {vp}" if s_tree else vp), tgt
+
+    def sentence(rnd):
+        while True:
+            if rnd() < p_coord:
+                s1, t1, g1 = clause(rnd, 1, MAIN)
+                s2, t2, g2 = clause(rnd, 1, MAIN)
+                cw, ct = _CONJ[int(rnd() * 3)]
+                comma = cw == "but" or rnd() < 0.5
+                mid_s, mid_t, mid_g = ([",", cw], "(, ,) ", [",", ct]) if comma else ([cw], "", [ct])
+                src = s1 + mid_s + s2
+                tree = f"(S (S {t1}) {mid_t}(CC {cw}) (S {t2}) (. .))"
+                tgt = g1 + mid_g + g2
+            else:
+                src, tree, tgt = clause(rnd, 0, MAIN)
+                tree = f"(S {tree} (. .))"
+            if len(src) < max_len:  # redraw from the same stream: still a function of (seed, i)
+                break
+        src.append(".")
+        tgt.append(".")
+        # Relative clauses are closed by a comma; drop the ones that run into another comma or the end.
+        if "," in tgt:
+            tgt = [w for w, nxt in zip(tgt, tgt[1:] + [""]) if not (w == "," and nxt in (",", "."))]
+        return src, tree, tgt
+
+    return sentence
+
+
+# ------------------------------------------------------------------------------------------ public API
+def _check_int(name: str, value, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        top = f" and at most {hi:,}" if hi is not None else ""
+        raise UserError(f"{name} must be a whole number at least {lo}{top}, not {value!r}.")
+
+
+def _check_cfg(cfg: SynthConfig) -> None:
+    if not isinstance(cfg, SynthConfig):
+        raise UserError(f"cfg must be a SynthConfig, not {type(cfg).__name__}.")
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name.startswith("p_") and not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+            raise UserError(f"SynthConfig.{f.name} must be a probability between 0 and 1, not {v!r}.")
+    for name in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs"):
+        _check_int(f"SynthConfig.{name}", getattr(cfg, name), 10, 100_000)
+    _check_int("SynthConfig.n_ambiguous", cfg.n_ambiguous, 0, min(cfg.n_nouns, cfg.n_verbs) // 4)
+    _check_int("SynthConfig.max_depth", cfg.max_depth, 1, 8)
+    _check_int("SynthConfig.max_len", cfg.max_len, 10)
+    _check_int("SynthConfig.lexicon_seed", cfg.lexicon_seed, 0)
+    if not (isinstance(cfg.zipf_s, (int, float)) and 0.0 <= cfg.zipf_s <= 3.0):
+        raise UserError(f"SynthConfig.zipf_s must be between 0 and 3, not {cfg.zipf_s!r}.")
+
+
+def _stream(n: int, seed: int, stream: int, cfg: SynthConfig, start: int = 0) -> Iterator[Example]:
+    sentence = _make_sentence(cfg)
+    rng = random.Random()
+    base = (seed << 40) | (stream << 32)  # i < 2**32: every (seed, stream, i) gets its own state
+    for i in range(start, start + n):
+        rng.seed(base | i)
+        src, tree, tgt = sentence(rng.random)
+        yield Example(" ".join(src), " ".join(tgt), tree)
+
+
+def generate(n: int, seed: int, cfg: SynthConfig = SynthConfig(), *, start: int = 0) -> Iterator[Example]:
+    """Pairs start..start+n-1 of the stream for `seed` (lazily). Pair i depends only on (seed, i, cfg)."""
+    _check_int("the number of pairs", n, 1, MAX_PAIRS)
+    _check_int("the seed", seed, 0)
+    _check_int("start", start, 0, 2**32 - 1 - n)
+    _check_cfg(cfg)
+    return _stream(n, seed, 0, cfg, start)
+
+
+def _request(n_train: int, n_dev: int, n_test: int, seed: int, cfg: SynthConfig) -> dict:
+    """The part of the manifest that decides the contents: equal requests give identical files."""
+    return {"generator": "harness.data.synth", "generator_version": GENERATOR_VERSION, "seed": seed,
+            "sizes": {"train": n_train, "dev": n_dev, "test": n_test}, "cfg": asdict(cfg)}
+
+
+def _read_manifest(out: Path) -> dict | None:
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files_ok = all((out / f"{s}.{k}").is_file() for s in SPLITS for k in ("src", "tgt", "tree"))
+    return manifest if isinstance(manifest, dict) and files_ok else None
+
+
+def _existing(out: Path, request: dict) -> dict | None:
+    """The manifest of an identical corpus at `out`; None if `out` is absent or empty; else UserError."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        raise UserError(f"The output path {out} is a file; give a directory for the corpus.")
+    if not any(out.iterdir()):
+        return None
+    manifest = _read_manifest(out)
+    if manifest is None:
+        raise UserError(f"The output directory {out} is not empty and holds no synthetic corpus; "
+                        "give a new or empty directory.")
+    if {k: manifest.get(k) for k in request} != request:
+        raise UserError(f"The output directory {out} holds a synthetic corpus made with other settings "
+                        "(seed, sizes or config); delete it or give another directory.")
+    return manifest
+
+
+def write_corpus(out_dir: str | Path, n_train: int, n_dev: int, n_test: int, seed: int,
+                 cfg: SynthConfig = SynthConfig(),
+                 progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Writes train.src, train.tgt, train.tree, dev.*, test.* (UTF-8, one sentence a line, "\\n" endings),
+    atomically (write to a temp dir in out_dir's parent, then rename), and a small manifest.json (sizes,
+    seed, cfg as dict, counts of words/types, mean lengths). dev and test use their own random streams
+    (train is exactly generate(n_train, seed, cfg)). An identical corpus already at out_dir is reused.
+    progress(split, done, total) is called every 100k pairs and at the end of each split. Returns the
+    manifest dict."""
+    for name, n in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
+        _check_int(f"the number of {name[2:]} pairs", n, 1, MAX_PAIRS)
+    _check_int("the seed", seed, 0)
+    _check_cfg(cfg)
+    out = Path(out_dir).expanduser().absolute()
+    request = _request(n_train, n_dev, n_test, seed, cfg)
+    if (manifest := _existing(out, request)) is not None:
+        return manifest
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the corpus is ordinary shared data
+    try:
+        stats = {}
+        for stream, (split, n) in enumerate(zip(SPLITS, (n_train, n_dev, n_test))):
+            stats[split] = _write_split(tmp, split, _stream(n, seed, stream, cfg), n, progress)
+        manifest = {**request, "splits": stats,
+                    "files": [f"{s}.{k}" for s in SPLITS for k in ("src", "tgt", "tree")]}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        if out.is_dir():
+            out.rmdir()  # empty (checked above); rename onto a directory is not portable
+        try:
+            os.rename(tmp, out)
+        except OSError:  # someone else finished first: theirs is fine if it is the same corpus
+            if (theirs := _existing(out, request)) is not None:
+                return theirs
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
+                 progress: Callable[[str, int, int], None] | None) -> dict:
+    src_types: set[str] = set()
+    tgt_types: set[str] = set()
+    n_src = n_tgt = max_src = max_tgt = done = 0
+    handles = [open(tmp / f"{split}.{kind}", "w", encoding="utf-8", newline="\n")
+               for kind in ("src", "tgt", "tree")]
+    try:
+        chunk: tuple[list, list, list] = ([], [], [])
+        for ex in examples:
+            s, t = ex.src.split(), ex.tgt.split()
+            src_types.update(s)  # a set update per line is cheap even at 10 M pairs; a Counter is not
+            tgt_types.update(t)
+            n_src, n_tgt = n_src + len(s), n_tgt + len(t)
+            max_src, max_tgt = max(max_src, len(s)), max(max_tgt, len(t))
+            chunk[0].append(ex.src)
+            chunk[1].append(ex.tgt)
+            chunk[2].append(ex.tree)
+            done += 1
+            if done % 100_000 == 0 or done == n:
+                for h, lines in zip(handles, chunk):
+                    h.write("\n".join(lines) + "\n")
+                    lines.clear()
+                if progress:
+                    progress(split, done, n)
+    finally:
+        for h in handles:
+            h.close()
+    return {"pairs": done, "src_tokens": n_src, "tgt_tokens": n_tgt, "src_types": len(src_types),
+            "tgt_types": len(tgt_types), "mean_src_len": round(n_src / done, 3),
+            "mean_tgt_len": round(n_tgt / done, 3), "max_src_len": max_src, "max_tgt_len": max_tgt}

@@ -1,0 +1,66 @@
+"""Dev/test evaluation: perplexity per subword without label smoothing, and BLEU both ways (sacreBLEU on
+detokenized output with its signature; the paper's tokenized, compound-split multi-bleu)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from model import Transformer, beam_search
+
+from .data.batching import ParallelData, token_batches
+from .data.bpe import BOS, EOS, Tokenizer
+from .metrics import copy_baseline_bleu, sacre_bleu, tokenized_bleu
+
+
+@torch.no_grad()
+def perplexity(model: Transformer, data: ParallelData, max_tokens: int, device: torch.device,
+               autocast=None) -> float:
+    """exp(mean NLL per target subword, EOS included), label smoothing off: the paper's PPL (dev)."""
+    model.eval()
+    nll, count = 0.0, 0
+    for index in token_batches(data.src_lens, data.tgt_lens, max_tokens):
+        b = data.collate(index).to(device)
+        with autocast():
+            _, batch_nll, n = model.loss(b.src, b.tgt_in, b.tgt_out, label_smoothing=0.0)
+        nll += float(batch_nll)
+        count += n
+    return math.exp(nll / max(count, 1))
+
+
+@torch.no_grad()
+def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, device: torch.device,
+              beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50, max_tokens: int = 4000,
+              autocast=None) -> list[str]:
+    """Beam-search translations of every source sentence, in the data's order (§6.1 settings by default)."""
+    model.eval()
+    out: list[list[int]] = [[] for _ in range(len(data))]
+    # Batches of sources of similar length; the budget counts beams, which multiply the decoder's rows.
+    budget = max(max_tokens // max(beam_size, 1), 1)
+    for index in token_batches(data.src_lens, data.src_lens, budget):
+        b = data.collate(index).to(device)
+        with autocast():
+            hyps = beam_search(model, b.src, BOS, EOS, beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+        for i, h in zip(index.tolist(), hyps):
+            out[i] = h
+    return tokenizer.decode(out)
+
+
+def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
+             beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
+             autocast) -> tuple[dict, list[str]]:
+    """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper)."""
+    metrics = {f"{prefix}_ppl": perplexity(model, split.data, max_tokens, device, autocast)}
+    n = len(split.data) if bleu_sentences is None else min(bleu_sentences, len(split.data))
+    if n:
+        subset = ParallelData([split.data.src_ids[i] for i in range(n)], [split.data.tgt_ids[i] for i in range(n)])
+        hyps = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens, autocast)
+        refs, srcs = split.tgt_text[:n], split.src_text[:n]
+        score, signature = sacre_bleu(hyps, refs)
+        metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs),
+                        f"{prefix}_bleu_copy_source": copy_baseline_bleu(srcs, refs)[0],
+                        f"{prefix}_bleu_sentences": n, "sacrebleu_signature": signature})
+    else:
+        hyps = []
+    return metrics, hyps

@@ -1,0 +1,106 @@
+"""`--set key=value` (and, later, study rows): typed overrides of the model, train and data configs.
+
+Keys are field names, optionally qualified (`model.d_model`, `train.steps`, `data.train_pairs`). Values are
+parsed as YAML scalars and checked against the field's type; unknown keys get a did-you-mean."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from model import ConfigError, TransformerConfig
+
+from .data.corpus import DataConfig
+from .errors import UserError
+from .train import TrainConfig
+
+SECTIONS: dict[str, type] = {"model": TransformerConfig, "train": TrainConfig, "data": DataConfig}
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _check_type(key: str, value: Any, hint: Any) -> Any:
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise UserError(f"{key} must be one of {', '.join(map(str, get_args(hint)))}, got {value!r}.")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        if value is None and len(options) < len(get_args(hint)):
+            return None
+        return _check_type(key, value, options[0])
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{key} must be true or false, got {value!r}.")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{key} must be an integer, got {value!r}.")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{key} must be a number, got {value!r}.")
+        return float(value)
+    if hint is str:
+        return str(value)
+    return value
+
+
+def resolve_key(key: str) -> tuple[str, str]:
+    """'d_model' -> ('model', 'd_model'); 'train.seed' -> ('train', 'seed'). Ambiguous bare keys are refused."""
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in SECTIONS:
+            raise UserError(f"unknown setting section {section!r} in {key!r}; use one of {', '.join(SECTIONS)}.")
+        if name not in _fields(SECTIONS[section]):
+            close = difflib.get_close_matches(name, _fields(SECTIONS[section]), n=1)
+            hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+            raise UserError(f"unknown setting {key!r}{hint}; {section} settings are: "
+                            f"{', '.join(_fields(SECTIONS[section]))}.")
+        return section, name
+    owners = [s for s, cls in SECTIONS.items() if key in _fields(cls)]
+    if len(owners) > 1:
+        raise UserError(f"setting {key!r} exists in {' and '.join(owners)}; qualify it, e.g. {owners[0]}.{key}.")
+    if not owners:
+        every = [n for cls in SECTIONS.values() for n in _fields(cls)]
+        close = difflib.get_close_matches(key, every, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"unknown setting {key!r}{hint}; see `python -m harness train --help` for the settings.")
+    return owners[0], key
+
+
+def parse_sets(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """['d_model=256', 'train.steps=10'] -> {'model': {'d_model': 256}, 'train': {'steps': 10}, 'data': {}}."""
+    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"--set {pair!r} is not of the form key=value (e.g. --set d_model=256).")
+        key, raw = pair.split("=", 1)
+        section, name = resolve_key(key.strip())
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out[section][name] = _check_type(key.strip(), value, _fields(SECTIONS[section])[name])
+    return out
+
+
+def apply(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataConfig,
+          sets: dict[str, dict[str, Any]]) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+    try:
+        model_cfg = model_cfg.replace(**sets.get("model", {}))
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    train_cfg = dataclasses.replace(train_cfg, **sets.get("train", {}))
+    train_cfg.validate()
+    data_cfg = dataclasses.replace(data_cfg, **sets.get("data", {}))
+    return model_cfg, train_cfg, data_cfg

@@ -1,0 +1,309 @@
+"""Training (§5): Adam(0.9, 0.98, 1e-9), the warmup-then-inverse-square-root schedule, label smoothing,
+token-budget batches with gradient accumulation, checkpoints that resume exactly, checkpoint averaging,
+bf16 autocast on CUDA. One function, `train`, used by `python -m harness train` and by study trials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from model import Transformer, TransformerConfig, count_parameters
+
+from .data.batching import epoch_order, padding_fraction, token_batches
+from .data.corpus import DataConfig, Dataset, load_dataset
+from .errors import UserError
+from .evaluate import evaluate, perplexity
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 100_000               # §5.2: 100 k steps for base, 300 k for big
+    warmup: int = 4000                 # §5.3 warmup_steps
+    lr_scale: float = 1.0              # multiplies the paper's schedule (1.0 is the paper's formula)
+    label_smoothing: float = 0.1       # §5.4 eps_ls
+    max_tokens: int = 25_000           # padded tokens per side in one forward pass (a micro-batch)
+    batch_tokens: int = 25_000         # tokens per side in one update; > max_tokens accumulates gradients
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    seed: int = 0
+    max_minutes: float = 0.0           # stop training after this wall time (0: no limit)
+    checkpoint_every: int = 1000       # steps between checkpoints (0: only by time and at the end)
+    checkpoint_minutes: float = 10.0   # §6.1: checkpoints written every 10 minutes
+    average_last: int = 0              # average the last n checkpoints (Table 2: 5 base, 20 big; Table 3: none)
+    eval_every: int = 0                # steps between dev evaluations (0: at the end only)
+    beam_size: int = 4                 # §6.1: beam 4, alpha 0.6, max length input + 50
+    alpha: float = 0.6
+    max_extra: int = 50
+    bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
+    eval_test: bool = False            # also score the test set (Table 2)
+    log_every: int = 50
+    device: str = "auto"               # auto | cpu | cuda | cuda:N
+    amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
+    compile: bool = False              # torch.compile the model
+
+    def validate(self) -> None:
+        for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra"):
+            if getattr(self, name) < 0:
+                raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise UserError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}.")
+        if self.warmup == 0:
+            raise UserError("warmup must be at least 1 step: the paper's schedule divides by warmup^1.5.")
+
+
+def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """§5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1."""
+    step = max(step, 1)
+    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r} is not a torch device; use auto, cpu, cuda or cuda:N.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} asked for CUDA but this machine has no CUDA device; use cpu or auto.")
+    return device
+
+
+def autocast_for(device: torch.device, amp: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    if device.type == "cuda" and amp:
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+# --- checkpoints: written atomically, loaded with weights_only=True ---
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, never unpickle arbitrary objects
+        raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}); delete it to restart "
+                        "from the previous one.") from None
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    return sorted(ckpt_dir.glob("step_*.pt"))
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints (§6.1: last 5 for base, 20 for big)."""
+    avg: dict[str, torch.Tensor] = {}
+    for p in paths:
+        for k, v in load_checkpoint(p)["model"].items():
+            avg[k] = avg.get(k, 0) + v.double() / len(paths)
+    return {k: v.float() for k, v in avg.items()}
+
+
+class Progress:
+    """One terminal line per log interval: step, loss, lr, tokens/s, ETA. Silent when quiet."""
+
+    def __init__(self, total_steps: int, max_minutes: float, quiet: bool):
+        self.total, self.max_s, self.quiet = total_steps, max_minutes * 60, quiet
+        self.start = time.perf_counter()
+
+    def __call__(self, step: int, loss: float, lr: float, tok_s: float, elapsed: float) -> None:
+        if self.quiet:
+            return
+        per_step = elapsed / max(step, 1)
+        left = (self.total - step) * per_step
+        if self.max_s:
+            left = min(left, max(self.max_s - elapsed, 0))
+        print(f"step {step:>7}/{self.total} | loss {loss:7.4f} | lr {lr:.2e} | {tok_s / 1000:7.1f} k tok/s "
+              f"| ETA {int(left // 60)}m{int(left % 60):02d}s", file=sys.stderr, flush=True)
+
+
+def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
+          quiet: bool = False, dataset: Dataset | None = None,
+          on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics.
+
+    on_log(step, metrics) receives the periodic training metrics (the study runner forwards them to MLflow)."""
+    train_cfg.validate()
+    device = resolve_device(train_cfg.device)
+    autocast = autocast_for(device, train_cfg.amp)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write_test").touch()
+        (out / ".write_test").unlink()
+    except OSError as err:
+        raise UserError(f"output directory {out} cannot be written ({err.strerror}); choose a writable path.") from None
+
+    data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
+    model_cfg = model_cfg.replace(vocab_size=data.tokenizer.vocab_size)
+    resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(train_cfg),
+                "data": dataclasses.asdict(data_cfg)}
+    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+
+    torch.manual_seed(train_cfg.seed)
+    model = Transformer(model_cfg).to(device)
+    n_params = count_parameters(model)
+    step_model = torch.compile(model) if train_cfg.compile else model
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
+                           eps=train_cfg.adam_eps, fused=device.type == "cuda")
+    lr_at = lambda s: learning_rate(s, model_cfg.d_model, train_cfg.warmup, train_cfg.lr_scale)  # noqa: E731
+
+    train_data = data.train.data
+    batches = token_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
+    if not batches:
+        raise UserError(f"training data in {data.root} holds no usable pairs (all longer than max_len?).")
+    accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))
+    pad_frac = padding_fraction(batches, train_data.src_lens, train_data.tgt_lens)
+
+    ckpt_dir = out / "checkpoints"
+    step, epoch, position, train_seconds, tokens_seen = 0, 0, 0, 0.0, 0
+    existing = list_checkpoints(ckpt_dir)
+    if existing:
+        state = load_checkpoint(existing[-1])
+        if state.get("version") != CHECKPOINT_VERSION or state.get("config") != resolved:
+            raise UserError(f"checkpoint {existing[-1]} was written by another config or version; use a new "
+                            "--out directory or delete its checkpoints.")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, epoch, position = state["step"], state["epoch"], state["position"]
+        train_seconds, tokens_seen = state["train_seconds"], state["tokens_seen"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+
+    def checkpoint() -> None:
+        rng = {"torch": torch.get_rng_state(),
+               "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+        save_checkpoint(ckpt_dir / f"step_{step:08d}.pt", {
+            "version": CHECKPOINT_VERSION, "config": resolved, "model": model.state_dict(),
+            "optimizer": opt.state_dict(), "step": step, "epoch": epoch, "position": position,
+            "train_seconds": train_seconds, "tokens_seen": tokens_seen, "rng": rng})
+        keep = max(train_cfg.average_last, 2)
+        for old in list_checkpoints(ckpt_dir)[:-keep]:
+            old.unlink()
+
+    order = epoch_order(len(batches), train_cfg.seed, epoch)
+
+    def next_batch():
+        nonlocal epoch, position, order
+        if position >= len(order):
+            epoch, position = epoch + 1, 0
+            order = epoch_order(len(batches), train_cfg.seed, epoch)
+        index = batches[order[position]]
+        position += 1
+        return index
+
+    progress = Progress(train_cfg.steps, train_cfg.max_minutes, quiet)
+    history = (out / "metrics.jsonl").open("a")      # one JSON row per log interval, kept across resumes
+
+    def record(step: int, row: dict) -> None:
+        history.write(json.dumps({"step": step, **row}) + "\n")
+        history.flush()
+        if on_log:
+            on_log(step, row)
+    log_tokens, log_loss, log_count, log_time = 0, 0.0, 0, 0.0
+    last_ckpt_time = time.perf_counter()
+    stopped_by_time = False
+    model.train()
+    while step < train_cfg.steps:
+        if train_cfg.max_minutes and train_seconds >= train_cfg.max_minutes * 60:
+            stopped_by_time = True
+            break
+        t0 = time.perf_counter()
+        micro = [train_data.collate(next_batch()) for _ in range(accum)]
+        n_tokens = sum(b.n_tgt_tokens for b in micro)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step + 1)
+        opt.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), device=device)
+        for b in micro:
+            b = b.to(device)
+            with autocast():
+                loss, _, _ = step_model.loss(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
+            (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
+            loss_sum += loss.detach()
+        loss_value = float(loss_sum) / n_tokens
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss became {loss_value} at step {step + 1}; the update was skipped.")
+        opt.step()
+        step += 1
+        dt = time.perf_counter() - t0
+        train_seconds += dt
+        tokens_seen += n_tokens
+        log_tokens, log_loss, log_count, log_time = log_tokens + n_tokens, log_loss + loss_value, log_count + 1, log_time + dt
+        if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+            row = {"train_loss": log_loss / log_count, "lr": lr_at(step), "tokens_per_s": log_tokens / log_time,
+                   "step_time_s": log_time / log_count, "train_seconds": train_seconds, "epoch": epoch}
+            progress(step, row["train_loss"], row["lr"], row["tokens_per_s"], train_seconds)
+            record(step, row)
+            log_tokens, log_loss, log_count, log_time = 0, 0.0, 0, 0.0
+        if train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
+            record(step, {"dev_ppl": perplexity(model, data.dev.data, train_cfg.max_tokens, device, autocast)})
+            model.train()
+        now = time.perf_counter()
+        if (train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0) or \
+                (train_cfg.checkpoint_minutes and now - last_ckpt_time >= train_cfg.checkpoint_minutes * 60):
+            checkpoint()
+            last_ckpt_time = now
+    if not list_checkpoints(ckpt_dir) or list_checkpoints(ckpt_dir)[-1].name != f"step_{step:08d}.pt":
+        checkpoint()
+
+    history.close()
+
+    averaged = 0
+    if train_cfg.average_last > 1:
+        paths = list_checkpoints(ckpt_dir)[-train_cfg.average_last:]
+        model.load_state_dict(average_checkpoints(paths))
+        averaged = len(paths)
+    eval_kwargs = dict(beam_size=train_cfg.beam_size, alpha=train_cfg.alpha, max_extra=train_cfg.max_extra,
+                       max_tokens=train_cfg.max_tokens, bleu_sentences=train_cfg.bleu_sentences or None,
+                       autocast=autocast)
+    t_eval = time.perf_counter()
+    metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
+    if train_cfg.eval_test:
+        test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+        metrics.update(test_metrics)
+    metrics.update({
+        "params": n_params, "steps": step, "epochs": epoch + position / len(batches), "train_seconds": train_seconds,
+        "tokens_per_s": tokens_seen / max(train_seconds, 1e-9), "step_time_s": train_seconds / max(step, 1),
+        "tokens_seen": tokens_seen, "padding_fraction": pad_frac, "grad_accumulation": accum,
+        "averaged_checkpoints": averaged, "stopped_by_time": stopped_by_time,
+        "eval_seconds": time.perf_counter() - t_eval, "device": str(device), "vocab_size": model_cfg.vocab_size})
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
+        for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:
+            f.write(f"SRC {src}\nREF {ref}\nHYP {hyp}\n\n")
+    return metrics
+
+
+# Training settings that go with each model preset. tiny: shrunk so that a run fits a CPU in minutes.
+TRAIN_PRESETS: dict[str, TrainConfig] = {
+    "paper_base": TrainConfig(),
+    "paper_big": TrainConfig(steps=300_000),
+    "modern_base": TrainConfig(),
+    "tiny": TrainConfig(steps=1500, warmup=300, max_tokens=4096, batch_tokens=4096, checkpoint_every=500,
+                        checkpoint_minutes=0.0, log_every=50, bleu_sentences=500),
+}
