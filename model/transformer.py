@@ -141,12 +141,15 @@ class Transformer(nn.Module):
         memory, mask = self.encode(src)
         hidden = self.decode(tgt_in, memory, mask)                          # (B, T, d_model)
         keep = tgt_out != self.cfg.pad_id
-        logits = self.out_proj(hidden[keep]).float()                        # (N, vocab)
+        logp = self.out_proj(hidden[keep]).float().log_softmax(-1)           # (N, vocab)
         target = tgt_out[keep]
-        loss = F.cross_entropy(logits, target, reduction="sum", label_smoothing=label_smoothing)
-        nll = loss.detach() if label_smoothing == 0 else \
-            F.cross_entropy(logits.detach(), target, reduction="sum")
-        return loss, nll, int(target.numel())
+        nll_per_token = -logp.gather(1, target[:, None]).squeeze(1)
+        nll = nll_per_token.sum()
+        # Label smoothing (§5.4) as F.cross_entropy defines it: (1 - eps) * NLL + eps * mean over the
+        # vocabulary of -log p; one log-softmax serves both the smoothed loss and the plain NLL.
+        loss = nll if label_smoothing == 0 else \
+            (1 - label_smoothing) * nll - label_smoothing * logp.mean(-1).sum()
+        return loss, nll.detach(), int(target.numel())
 
     # --- incremental decoding ---
 
