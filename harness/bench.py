@@ -1,0 +1,248 @@
+"""`python -m harness bench`: training-step and decoding speed of the core, beside torch.nn.Transformer with
+the same shapes, batch and optimizer, in one run. Figures are medians over repeats after warm-up.
+
+FLOPs are counted, not assumed: torch.utils.flop_counter over one real training step (forward + backward,
+two FLOPs per multiply-add), with SDPA routed to its math kernel while counting so that attention is seen.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model import ConfigError, Transformer, TransformerConfig, beam_search, get_preset, greedy
+from model.layers import sinusoid_table
+
+from .errors import UserError
+from .train import resolve_device
+
+PAD, BOS, EOS = 0, 2, 3
+
+
+class TorchTransformerPeer(nn.Module):
+    """The same model built on torch.nn.Transformer (post-norm, ReLU): shared embeddings x sqrt(d_model),
+    sinusoids, dropout, the tied pre-softmax projection, and a full-logits label-smoothed loss."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD)
+        self.register_buffer("pos", sinusoid_table(cfg.max_len, cfg.d_model), persistent=False)
+        self.drop = nn.Dropout(cfg.p_drop)
+        self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff,
+                                   dropout=cfg.p_drop, batch_first=True, layer_norm_eps=cfg.norm_eps)
+
+    def loss(self, src, tgt_in, tgt_out, label_smoothing: float):
+        def emb(x):
+            return self.drop(self.embed(x) * self.cfg.d_model ** 0.5 + self.pos[:x.size(1)])
+        src_pad = (src == PAD) if bool((src == PAD).any()) else None
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), device=tgt_in.device)
+        h = self.core(emb(src), emb(tgt_in), tgt_mask=causal, tgt_is_causal=True,
+                      src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
+        logits = F.linear(h, self.embed.weight).float()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD,
+                               reduction="sum", label_smoothing=label_smoothing)
+
+
+def synthetic_batch(n_sentences: int, length: int, vocab: int, device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (n_sentences, length), generator=g)
+    tgt = torch.randint(4, vocab, (n_sentences, length + 1), generator=g)
+    return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def matmul_peak(device, dtype) -> float:
+    """TFLOP/s of a large square matmul in this dtype: the machine's own yardstick for utilization."""
+    n = 8192 if device.type == "cuda" else 1024
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = [_timed(lambda: a @ b, device) for _ in range(10)]
+    return 2 * n ** 3 / statistics.median(times) / 1e12
+
+
+def counted_step_flops(model, batch, label_smoothing) -> int:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    counter = FlopCounterMode(display=False)
+    with counter, sdpa_kernel(SDPBackend.MATH):
+        loss = model.loss(*batch, label_smoothing)
+        loss = loss[0] if isinstance(loss, tuple) else loss
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool) -> dict:
+    n_tgt = int((batch[2] != PAD).sum())
+    entrants = {"core": Transformer(cfg), "torch.nn.Transformer": TorchTransformerPeer(cfg)}
+    steps = {}
+    flops = counted_step_flops(entrants["core"].to(device), batch, 0.1)
+    for name, model in entrants.items():
+        model.to(device).train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                               fused=device.type == "cuda")
+        loss_fn = torch.compile(model.loss) if compile_models else model.loss
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if dtype == torch.bfloat16 else None
+
+        def step(loss_fn=loss_fn, opt=opt, amp=amp):
+            opt.zero_grad(set_to_none=True)
+            if amp is not None:
+                with amp:
+                    loss = loss_fn(*batch, 0.1)
+            else:
+                loss = loss_fn(*batch, 0.1)
+            loss = loss[0] if isinstance(loss, tuple) else loss
+            (loss / n_tgt).backward()
+            opt.step()
+        steps[name] = step
+    results = {name: [] for name in steps}
+    for name, step in steps.items():          # warm-up (and compilation)
+        for _ in range(3):
+            step()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    peak_mem = {}
+    for _ in range(repeats):                  # interleaved, so drifts of the machine hit both alike
+        for name, step in steps.items():
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            results[name].append(_timed(step, device))
+            if device.type == "cuda":
+                peak_mem[name] = torch.cuda.max_memory_allocated(device)
+    out = {}
+    for name, times in results.items():
+        t = statistics.median(times)
+        out[name] = {"step_ms": t * 1e3, "tgt_tokens_per_s": n_tgt / t, "tflops": flops / t / 1e12,
+                     "peak_mem_gib": peak_mem.get(name, 0) / 2 ** 30 if peak_mem else None}
+    out["flops_per_step"] = flops
+    out["target_tokens"] = n_tgt
+    out["speedup_core_over_peer"] = out["core"]["tgt_tokens_per_s"] / out["torch.nn.Transformer"]["tgt_tokens_per_s"]
+    return out
+
+
+@torch.no_grad()
+def bench_decoding(cfg, device, dtype, n_sentences: int, src_len: int, out_len: int, repeats: int) -> dict:
+    model = Transformer(cfg).to(device).eval()
+    src = synthetic_batch(n_sentences, src_len, cfg.vocab_size, device)[0]
+    extra = out_len - src_len                 # eos=-1 never fires: every output is exactly out_len tokens
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dtype == torch.bfloat16 else None
+
+    def run(fn):
+        if amp is None:
+            return fn()
+        with amp():
+            return fn()
+    out = {}
+    for name, fn in {
+        "greedy_cached": lambda: greedy(model, src, BOS, -1, max_extra=extra),
+        "greedy_uncached": lambda: greedy(model, src, BOS, -1, max_extra=extra, use_cache=False),
+        "beam4_cached": lambda: beam_search(model, src, BOS, -1, beam_size=4, max_extra=extra),
+        "beam4_uncached": lambda: beam_search(model, src, BOS, -1, beam_size=4, max_extra=extra, use_cache=False),
+    }.items():
+        run(fn)
+        t = statistics.median(_timed(lambda: run(fn), device) for _ in range(max(1, repeats // 3)))
+        out[name] = {"seconds": t, "tokens_per_s": n_sentences * out_len / t}
+    out["beam4_cache_speedup"] = out["beam4_uncached"]["seconds"] / out["beam4_cached"]["seconds"]
+    out["greedy_cache_speedup"] = out["greedy_uncached"]["seconds"] / out["greedy_cached"]["seconds"]
+
+    def first_token():
+        memory, mask = model.encode(src)
+        cache = model.new_cache(n_sentences, out_len, memory)
+        model.decode_step(torch.full((n_sentences,), BOS, device=device), memory, mask, cache, 0).argmax(-1)
+        return cache
+    cache = run(first_token)
+    out["time_to_first_token_ms"] = statistics.median(_timed(lambda: run(first_token), device)
+                                                      for _ in range(5)) * 1e3
+    out["decode_step_ms"] = out["greedy_cached"]["seconds"] / out_len * 1e3
+    per_token = sum(c.nbytes() for c, _ in cache) / (n_sentences * out_len)
+    cross = cfg.n_dec_layers * cfg.n_kv_heads * (cfg.d_k + cfg.d_v) * src_len
+    out["kv_cache_bytes_per_token"] = per_token
+    out["cross_kv_bytes_per_sentence"] = cross * (2 if dtype == torch.bfloat16 else 4)
+    out["output_len"], out["sentences"] = out_len, n_sentences
+    return out
+
+
+def run_bench(args) -> int:
+    try:
+        cfg = get_preset(args.preset)
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    device = resolve_device(args.device)
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if args.dtype == "auto":
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    elif args.dtype in dtypes:
+        dtype = dtypes[args.dtype]
+    else:
+        raise UserError(f"--dtype {args.dtype!r} is not known; use fp32, bf16 or auto.")
+    if dtype == torch.bfloat16 and device.type != "cuda":
+        raise UserError("--dtype bf16 is benchmarked on CUDA only (autocast); use fp32 on CPU.")
+    if args.repeats < 1 or args.sentence_len < 2:
+        raise UserError("--repeats must be at least 1 and --sentence-len at least 2.")
+    tokens = args.tokens or (25_000 if device.type == "cuda" else 4096)
+    n_sent = max(1, tokens // args.sentence_len)
+    torch.manual_seed(0)
+    batch = synthetic_batch(n_sent, args.sentence_len, cfg.vocab_size, device)
+    report = {"preset": args.preset, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "batch": f"{n_sent} x {args.sentence_len} source + target tokens"}
+    report["matmul_peak_tflops"] = matmul_peak(device, dtype)
+    report["training"] = bench_training(cfg, device, dtype, batch, args.repeats, compile_models=False)
+    if args.compile:
+        report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, compile_models=True)
+    if not args.no_decode:
+        n_dec = 64 if device.type == "cuda" else 8
+        report["decoding"] = bench_decoding(cfg, device, dtype, n_dec, args.sentence_len, 100, args.repeats)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print(report)
+    return 0
+
+
+def _print(r: dict) -> None:
+    print(f"preset {r['preset']} | {r['device']} | {r['dtype']} | torch {r['torch']} | {r['threads']} threads "
+          f"| batch {r['batch']}")
+    peak = r["matmul_peak_tflops"]
+    print(f"matmul peak (measured): {peak:.2f} TFLOP/s")
+    for key in ("training", "training_compiled"):
+        if key not in r:
+            continue
+        t = r[key]
+        print(f"\n{key} (counted {t['flops_per_step'] / 1e9:.1f} GFLOP per step, {t['target_tokens']} target tokens)")
+        print(f"  {'model':<22}{'step ms':>10}{'tgt tok/s':>12}{'TFLOP/s':>9}{'% peak':>8}{'peak GiB':>10}")
+        for name in ("core", "torch.nn.Transformer"):
+            m = t[name]
+            mem = f"{m['peak_mem_gib']:.2f}" if m["peak_mem_gib"] is not None else "n/a"
+            print(f"  {name:<22}{m['step_ms']:>10.1f}{m['tgt_tokens_per_s']:>12,.0f}{m['tflops']:>9.3f}"
+                  f"{100 * m['tflops'] / peak:>7.1f}%{mem:>10}")
+        print(f"  core / torch.nn.Transformer: {t['speedup_core_over_peer']:.2f}x")
+    if "decoding" in r:
+        d = r["decoding"]
+        print(f"\ndecoding ({d['sentences']} sentences, {d['output_len']} output tokens each)")
+        for name in ("greedy_cached", "greedy_uncached", "beam4_cached", "beam4_uncached"):
+            print(f"  {name:<18}{d[name]['tokens_per_s']:>12,.0f} tok/s  ({d[name]['seconds']:.2f} s)")
+        print(f"  KV cache speed-up: greedy {d['greedy_cache_speedup']:.1f}x, beam 4 {d['beam4_cache_speedup']:.1f}x")
+        print(f"  time to first token {d['time_to_first_token_ms']:.1f} ms (prefill: encoder + first step); "
+              f"decode step {d['decode_step_ms']:.2f} ms")
+        print(f"  KV cache: {d['kv_cache_bytes_per_token']:.0f} bytes per generated token (self-attention), "
+              f"{d['cross_kv_bytes_per_sentence']:,} bytes per sentence (cross-attention)")

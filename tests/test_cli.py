@@ -1,0 +1,106 @@
+"""The command line: bad input gives one sentence on stderr and exit 2; good input works end to end."""
+
+import json
+
+import pytest
+
+from harness.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_sentence_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["train", "--preset", "paper_bse", "--out", "{tmp}/r"], "did you mean paper_base"),
+    (["train", "--set", "n_head=4", "--out", "{tmp}/r"], "did you mean n_heads"),
+    (["train", "--set", "d_model=wide", "--out", "{tmp}/r"], "d_model must be an integer"),
+    (["train", "--set", "d_model=100", "--set", "n_heads=3", "--out", "{tmp}/r"], "not divisible"),
+    (["train", "--set", "positional=alibi", "--out", "{tmp}/r"], "positional must be one of"),
+    (["train", "--set", "steps", "--out", "{tmp}/r"], "key=value"),
+    (["train", "--set", "seed=3", "--out", "{tmp}/r"], "qualify it"),
+    (["train", "--set", "train.label_smoothing=1.5", "--out", "{tmp}/r"], "label_smoothing"),
+    (["train", "--data", "{tmp}/missing", "--out", "{tmp}/r"], "neither 'synth' nor an existing directory"),
+    (["data", "synth", "--out", "{tmp}/c", "--pairs", "0"], "1"),
+    (["data", "prepare", "wmt14-en-de", "--from", "{tmp}/nowhere", "--out", "{tmp}/w"], "nowhere"),
+    (["data", "prepare", "wmt15", "--from", "{tmp}", "--out", "{tmp}/w"], "unknown corpus"),
+    (["bench", "--preset", "huge"], "unknown preset"),
+    (["bench", "--dtype", "fp8"], "--dtype"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(capsys, tmp_path, argv, needle):
+    code, _, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2
+    assert needle in one_sentence_error(err)
+
+
+def _data_dir(tmp_path, src_lines, tgt_lines, raw_tgt: bytes | None = None):
+    d = tmp_path / "d"
+    d.mkdir()
+    for split in ("train", "dev", "test"):
+        (d / f"{split}.src").write_text("".join(x + "\n" for x in src_lines), encoding="utf-8")
+        if raw_tgt is not None:
+            (d / f"{split}.tgt").write_bytes(raw_tgt)
+        else:
+            (d / f"{split}.tgt").write_text("".join(x + "\n" for x in tgt_lines), encoding="utf-8")
+    return d
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("unequal", "lines but"),
+    ("empty", "empty"),
+    ("latin1", "UTF-8"),
+])
+def test_bad_data_files_are_named(capsys, tmp_path, case, needle):
+    if case == "unequal":
+        d = _data_dir(tmp_path, ["a b", "c d", "e f"], ["x", "y"])
+    elif case == "empty":
+        d = _data_dir(tmp_path, ["a b"], [], raw_tgt=b"")
+    else:
+        d = _data_dir(tmp_path, ["a b"], [], raw_tgt="caf\xe9\n".encode("latin-1"))
+    code, _, err = run(capsys, "train", "--data", str(d), "--out", str(tmp_path / "r"),
+                       "--set", f"data.cache_dir={tmp_path / 'cache'}")
+    assert code == 2
+    line = one_sentence_error(err)
+    assert needle in line and str(d) in line
+
+
+def test_data_synth_writes_a_corpus(capsys, tmp_path):
+    code, out, _ = run(capsys, "data", "synth", "--out", str(tmp_path / "c"), "--pairs", "1000",
+                       "--dev-pairs", "10", "--test-pairs", "10", "--json")
+    assert code == 0
+    manifest = json.loads(out)
+    assert manifest["seed"] == 1
+    assert len((tmp_path / "c" / "train.src").read_text(encoding="utf-8").splitlines()) == 1000
+    assert len((tmp_path / "c" / "dev.tree").read_text(encoding="utf-8").splitlines()) == 10
+
+
+def test_train_end_to_end_prints_a_json_line(capsys, tmp_path):
+    code, out, err = run(capsys, "train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--json", "--quiet",
+                         "--set", "d_model=32", "--set", "d_ff=64", "--set", "n_layers=1", "--set", "vocab_size=300",
+                         "--set", "train.steps=3", "--set", "max_tokens=800", "--set", "batch_tokens=800",
+                         "--set", "bleu_sentences=4", "--set", "max_extra=4",
+                         "--set", "data.train_pairs=1000", "--set", "data.dev_pairs=8", "--set", "data.test_pairs=8",
+                         "--set", f"data.cache_dir={tmp_path / 'cache'}")
+    assert code == 0, err
+    metrics = json.loads(out.strip().splitlines()[-1])
+    assert metrics["steps"] == 3 and metrics["dev_ppl"] > 1 and "dev_bleu" in metrics
+    assert err == ""        # --quiet: no progress lines
+
+
+def test_bench_prints_core_and_peer_throughput(capsys):
+    code, out, _ = run(capsys, "bench", "--preset", "tiny", "--tokens", "256", "--repeats", "1", "--no-decode",
+                       "--json")
+    assert code == 0
+    report = json.loads(out)
+    for name in ("core", "torch.nn.Transformer"):
+        assert report["training"][name]["tgt_tokens_per_s"] > 0
+    assert report["training"]["flops_per_step"] > 0

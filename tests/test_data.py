@@ -1,0 +1,76 @@
+"""Token-budget batching and the shared BPE model."""
+
+import numpy as np
+import pytest
+
+from harness.data.batching import ParallelData, epoch_order, padding_fraction, token_batches
+from harness.data.bpe import BOS, EOS, PAD, Tokenizer, train_bpe
+from harness.data.synth import generate
+from harness.errors import UserError
+
+
+def test_batches_respect_the_token_budget_and_cover_every_pair_once():
+    rng = np.random.default_rng(0)
+    src = rng.integers(3, 80, 5000)
+    tgt = np.clip(src + rng.integers(-5, 6, 5000), 2, None)
+    batches = token_batches(src, tgt, 2000)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(5000))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(src[b].max(), tgt[b].max()) <= 2000
+    # Sorted by length, batches are nearly rectangular: little padding (random batches would pad ~40 %).
+    assert padding_fraction(batches, src, tgt) < 0.05
+    shuffled = [np.arange(i, min(i + 40, 5000)) for i in range(0, 5000, 40)]
+    assert padding_fraction(shuffled, src, tgt) > 0.3
+
+
+def test_a_pair_longer_than_the_budget_gets_a_batch_of_its_own():
+    batches = token_batches(np.array([5, 500, 6]), np.array([5, 400, 6]), 100)
+    assert [len(b) for b in batches] == [2, 1]
+
+
+def test_epoch_order_is_a_pure_function_of_seed_and_epoch():
+    assert (epoch_order(50, 3, 7) == epoch_order(50, 3, 7)).all()
+    assert not (epoch_order(50, 3, 7) == epoch_order(50, 3, 8)).all()
+    assert sorted(epoch_order(50, 3, 7).tolist()) == list(range(50))
+
+
+def test_collate_adds_bos_and_eos_and_pads_right():
+    data = ParallelData([[10, 11], [12]], [[20], [21, 22, 23]])
+    b = data.collate(np.array([0, 1]))
+    assert b.src.tolist() == [[10, 11, EOS], [12, EOS, PAD]]
+    assert b.tgt_in.tolist() == [[BOS, 20, PAD, PAD], [BOS, 21, 22, 23]]
+    assert b.tgt_out.tolist() == [[20, EOS, PAD, PAD], [21, 22, 23, EOS]]
+    assert b.n_tgt_tokens == 2 + 4
+
+
+def test_parallel_data_drops_pairs_longer_than_the_position_table():
+    data = ParallelData([[1] * 5, [1] * 50], [[1] * 5, [1] * 5], max_len=20)
+    assert len(data) == 1
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bpe")
+    src, tgt = root / "train.src", root / "train.tgt"
+    pairs = list(generate(400, seed=3))
+    src.write_text("".join(p.src + "\n" for p in pairs), encoding="utf-8")
+    tgt.write_text("".join(p.tgt + "\n" for p in pairs), encoding="utf-8")
+    return root, src, tgt, pairs
+
+
+def test_shared_bpe_round_trips_both_languages_and_is_cached(corpus):
+    root, src, tgt, pairs = corpus
+    path = train_bpe([src, tgt], 500, root / "cache")
+    tok = Tokenizer(path)
+    assert tok.vocab_size <= 500
+    ids = tok.encode([pairs[0].src, pairs[0].tgt])
+    assert tok.decode(ids) == [pairs[0].src, pairs[0].tgt]
+    assert min(min(x) for x in ids) > EOS          # specials are never produced from text
+    mtime = path.stat().st_mtime_ns
+    assert train_bpe([src, tgt], 500, root / "cache") == path and path.stat().st_mtime_ns == mtime
+    assert train_bpe([src, tgt], 400, root / "cache") != path      # another size, another model
+
+
+def test_bpe_refuses_missing_files(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        train_bpe([tmp_path / "nope.src"], 100, tmp_path)

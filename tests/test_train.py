@@ -1,0 +1,117 @@
+"""The trainer: schedule, exact resume, averaging, refusal of foreign checkpoints, and a golden loss curve."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from harness.data.corpus import DataConfig, load_dataset
+from harness.errors import UserError
+from harness.train import TrainConfig, average_checkpoints, learning_rate, list_checkpoints, train
+from model import TransformerConfig
+
+MODEL = TransformerConfig(vocab_size=300, d_model=32, d_ff=64, n_heads=4, n_layers=1, max_len=256)
+TRAIN = TrainConfig(steps=6, warmup=3, max_tokens=600, batch_tokens=1200, checkpoint_every=3,
+                    checkpoint_minutes=0, log_every=1, bleu_sentences=8, max_extra=5, beam_size=2)
+
+
+@pytest.fixture(scope="module")
+def data_cfg(tmp_path_factory):
+    return DataConfig(train_pairs=300, dev_pairs=16, test_pairs=16, seed=5,
+                      cache_dir=str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def dataset(data_cfg):
+    return load_dataset(data_cfg, MODEL.vocab_size, MODEL.max_len)
+
+
+def test_paper_schedule_peaks_at_warmup():
+    # §5.3 with warmup 4000: 512^-0.5 * 4000^-0.5 = 6.99e-4 at step 4000, then inverse square root decay.
+    assert learning_rate(4000, 512, 4000) == pytest.approx(6.988e-4, rel=1e-3)
+    assert learning_rate(4000, 1024, 4000) == pytest.approx(4.941e-4, rel=1e-3)
+    assert learning_rate(2000, 512, 4000) == pytest.approx(learning_rate(4000, 512, 4000) / 2)
+    assert learning_rate(16000, 512, 4000) == pytest.approx(learning_rate(4000, 512, 4000) / 2)
+
+
+def test_training_runs_and_reports_its_metrics(tmp_path, data_cfg, dataset):
+    metrics = train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    assert metrics["steps"] == 6 and metrics["grad_accumulation"] == 2
+    for key in ("dev_ppl", "dev_bleu", "dev_bleu_tok", "dev_bleu_copy_source", "tokens_per_s", "params"):
+        assert math.isfinite(metrics[key]), key
+    assert 1 < metrics["dev_ppl"] < 2 * dataset.tokenizer.vocab_size
+    assert metrics["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
+    assert 0 <= metrics["padding_fraction"] < 0.5
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 6
+
+
+def test_resumed_training_equals_uninterrupted(tmp_path, data_cfg, dataset):
+    whole = train(MODEL, TRAIN, data_cfg, tmp_path / "whole", quiet=True, dataset=dataset)
+    run = tmp_path / "cut"
+    train(MODEL, TRAIN, data_cfg, run, quiet=True, dataset=dataset)
+    # Pretend the run died after step 3: only the step-3 checkpoint survives.
+    last = list_checkpoints(run / "checkpoints")[-1]
+    assert last.name == "step_00000006.pt"
+    last.unlink()
+    resumed = train(MODEL, TRAIN, data_cfg, run, quiet=True, dataset=dataset)
+    for key in ("dev_ppl", "dev_bleu", "dev_bleu_tok", "tokens_seen", "steps"):
+        assert resumed[key] == whole[key], key
+    a = torch.load(run / "checkpoints" / "step_00000006.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "whole" / "checkpoints" / "step_00000006.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_from_another_config_is_refused(tmp_path, data_cfg, dataset):
+    train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    with pytest.raises(UserError, match="another config"):
+        train(MODEL.replace(d_ff=128), TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+
+
+def test_a_corrupted_checkpoint_is_named(tmp_path, data_cfg, dataset):
+    train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    last = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
+    last.write_bytes(last.read_bytes()[:100])
+    with pytest.raises(UserError, match="cannot be read"):
+        train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+
+
+def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path, data_cfg, dataset):
+    cfg = TrainConfig(**{**TRAIN.__dict__, "checkpoint_every": 2, "average_last": 3})
+    metrics = train(MODEL, cfg, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    paths = list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert [p.name for p in paths] == ["step_00000002.pt", "step_00000004.pt", "step_00000006.pt"]
+    assert metrics["averaged_checkpoints"] == 3
+    states = [torch.load(p, weights_only=True)["model"] for p in paths]
+    avg = average_checkpoints(paths)
+    key = "decoder.layers.0.ffn.sublayer.w1.weight"
+    torch.testing.assert_close(avg[key], (states[0][key] + states[1][key] + states[2][key]) / 3)
+    assert not torch.equal(avg[key], states[2][key])
+
+
+def test_unwritable_output_is_one_clear_error(tmp_path, data_cfg, dataset):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="cannot be written"):
+        train(MODEL, TRAIN, data_cfg, blocker / "run", quiet=True, dataset=dataset)
+
+
+def test_golden_loss_curve(tmp_path, data_cfg, dataset):
+    """The first steps' training loss on the seeded tiny corpus: catches silent changes to data order,
+    init, schedule or loss. Recorded from this implementation on CPU (torch 2.13, fp32)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train_loss"] for r in rows]
+    assert losses == pytest.approx(GOLDEN_LOSSES, rel=2e-3)
+    assert losses[-1] < losses[0]
+
+
+GOLDEN_LOSSES = [6.233903556034483, 5.712998037020686, 5.438851363570602, 5.425397566016782,
+                 5.382002537999092, 5.281181469298246]
