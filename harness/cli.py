@@ -12,7 +12,10 @@ from .errors import UserError
 
 def _cmd_data_synth(args) -> int:
     from .data.synth import write_corpus
-    manifest = write_corpus(args.out, args.pairs, args.dev_pairs, args.test_pairs, args.seed)
+    def progress(split: str, done: int, total: int) -> None:
+        print(f"{split}: {done:,}/{total:,} pairs", file=sys.stderr, flush=True)
+    manifest = write_corpus(args.out, args.pairs, args.dev_pairs, args.test_pairs, args.seed,
+                            progress=None if args.json else progress)
     print(json.dumps(manifest) if args.json else f"wrote the made-up corpus to {args.out}: "
           f"{args.pairs} train, {args.dev_pairs} dev, {args.test_pairs} test pairs (seed {args.seed})")
     return 0

@@ -166,7 +166,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     torch.manual_seed(train_cfg.seed)
     model = Transformer(model_cfg).to(device)
     n_params = count_parameters(model)
-    step_model = torch.compile(model) if train_cfg.compile else model
+    # Compile the loss (encoder, decoder, projection, cross-entropy); batch shapes vary, hence dynamic.
+    loss_fn = torch.compile(model.loss, dynamic=True) if train_cfg.compile else model.loss
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
                            eps=train_cfg.adam_eps, fused=device.type == "cuda")
     lr_at = lambda s: learning_rate(s, model_cfg.d_model, train_cfg.warmup, train_cfg.lr_scale)  # noqa: E731
@@ -242,7 +243,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         for b in micro:
             b = b.to(device)
             with autocast():
-                loss, _, _ = step_model.loss(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
+                loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
             (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
             loss_sum += loss.detach()
         loss_value = float(loss_sum) / n_tokens

@@ -17,8 +17,9 @@ def test_batches_respect_the_token_budget_and_cover_every_pair_once():
     assert sorted(np.concatenate(batches).tolist()) == list(range(5000))
     for b in batches:
         assert len(b) == 1 or len(b) * max(src[b].max(), tgt[b].max()) <= 2000
-    # Sorted by length, batches are nearly rectangular: little padding (random batches would pad ~40 %).
-    assert padding_fraction(batches, src, tgt) < 0.05
+    # Sorted by length, batches are nearly rectangular: little padding (random batches pad ~40 %); what
+    # remains comes from source and target lengths differing independently by up to 5 tokens here.
+    assert padding_fraction(batches, src, tgt) < 0.08
     shuffled = [np.arange(i, min(i + 40, 5000)) for i in range(0, 5000, 40)]
     assert padding_fraction(shuffled, src, tgt) > 0.3
 

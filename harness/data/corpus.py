@@ -68,10 +68,11 @@ def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
 def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -> Dataset:
     root = corpus_dir(cfg)
     paths = {split: _split_paths(root, split) for split in ("train", "dev", "test")}
+    # Read (and so check: UTF-8, equal line counts, not empty) every file before any work is done.
+    texts = {split: read_parallel(*paths[split]) for split in paths}
     tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe"))
     splits = {}
-    for split, (src_path, tgt_path) in paths.items():
-        src, tgt = read_parallel(src_path, tgt_path)
+    for split, (src, tgt) in texts.items():
         # Training pairs longer than the model's position table are dropped; dev/test are kept whole.
         data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len if split == "train" else None)
         splits[split] = Split(src, tgt, data)
