@@ -1,4 +1,4 @@
-"""python -m harness data | train | bench: the command line. Bad input ends in one sentence and exit 2."""
+"""python -m harness data | train | run | report | bench: the command line. Bad input ends in one sentence and exit 2."""
 
 from __future__ import annotations
 
@@ -59,6 +59,19 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+def _cmd_run(args) -> int:
+    from .study import run_study
+    return run_study(args)
+
+
+def _cmd_report(args) -> int:
+    from .report import report_all
+    paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile)
+    for p in paths:
+        print(p)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
@@ -89,6 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--json", action="store_true", help="print a final JSON line of metrics")
     tr.add_argument("--quiet", action="store_true", help="no progress lines")
     tr.set_defaults(func=_cmd_train)
+
+    run = sub.add_parser("run", help="run a study (a paper table) as a Ray Tune grid, tracked in MLflow")
+    run.add_argument("study", type=Path, help="a study file, e.g. studies/table3.yaml")
+    run.add_argument("--profile", default=None, help="paper | tiny | ... (default: tiny when the study has it)")
+    run.add_argument("--rows", default="", help="comma-separated rows to run (default: all)")
+    run.add_argument("--seeds", default="", help="comma-separated seeds (default: the study's)")
+    run.add_argument("--dry-run", action="store_true", help="print the resolved trials and their cost, run nothing")
+    run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
+    run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")
+    run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")
+    run.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("report", help="write reports/ (Markdown, CSV, plots) from the runs in MLflow")
+    rep.add_argument("--study", default=None, help="one study (default: every study in the store)")
+    rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
+    rep.add_argument("--out", default=Path("reports"), type=Path)
+    rep.set_defaults(func=_cmd_report)
 
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="tiny")

@@ -90,8 +90,13 @@ def parse_sets(pairs: list[str]) -> dict[str, dict[str, Any]]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        out[section][name] = _check_type(key.strip(), value, _fields(SECTIONS[section])[name])
+        out[section][name] = check_value(key.strip(), value, section, name)
     return out
+
+
+def check_value(key: str, value: Any, section: str, name: str) -> Any:
+    """A value for one field, type-checked (key is how the user wrote it, for the message)."""
+    return _check_type(key, value, _fields(SECTIONS[section])[name])
 
 
 def apply(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataConfig,

@@ -23,6 +23,7 @@ class DataConfig:
     dev_pairs: int = 1000
     test_pairs: int = 1000
     seed: int = 1
+    lexicon_scale: float = 1.0     # synth only: multiplies the lexicon's sizes (1.0: 5,000 lemmas)
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 
@@ -46,9 +47,15 @@ class Dataset:
 def corpus_dir(cfg: DataConfig) -> Path:
     """Where the text files are: generated on demand for synth, the user's directory otherwise."""
     if cfg.name == "synth":
-        from .synth import write_corpus
-        root = Path(cfg.cache_dir).resolve() / f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}"
-        write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed)
+        from .synth import SynthConfig, write_corpus
+        lex = SynthConfig()
+        if cfg.lexicon_scale != 1.0:
+            lex = SynthConfig(**{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
+                                 for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
+        scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
+        root = Path(cfg.cache_dir).resolve() / \
+            f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
+        write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)
         return root
     root = Path(cfg.name)
     if not root.is_dir():

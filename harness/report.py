@@ -1,0 +1,363 @@
+"""MLflow -> pandas -> reports/<study>.md and .csv, plots, and reports/README.md (an index).
+
+Reads only what the study runner logged (through harness.tracking, the one module that imports mlflow):
+the latest invocation of a study, one line per row, seeds averaged. Where the study's table is in
+harness/paper/tables.yaml (Table 3), the paper's values are printed beside ours, and both are also given as
+deltas against the base row: at tiny scale on the made-up corpus only the direction and relative size of
+each knob's effect can be compared with the paper, never the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+# The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
+# Figure renders with the Agg canvas.
+from matplotlib.figure import Figure
+
+from . import tracking
+from .errors import UserError
+from .paper import load_tables
+
+# The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
+ARCH_COLUMNS = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
+                "d_k": "model.d_k", "d_v": "model.d_v", "P_drop": "model.p_drop",
+                "eps_ls": "train.label_smoothing", "steps": "train.steps"}
+# Our metric name -> the final metric logged by the trial.
+METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
+# Table 3's knob groups: rows that change one thing against the base, and the column that thing is in.
+KNOBS = [("heads (A)", ("A1", "A2", "A3", "A4"), "h"), ("d_k (B)", ("B1", "B2"), "d_k"),
+         ("depth (C1-C3)", ("C1", "C2", "C3"), "N"), ("width (C4, C5)", ("C4", "C5"), "d_model"),
+         ("d_ff (C6, C7)", ("C6", "C7"), "d_ff"), ("dropout (D1, D2)", ("D1", "D2"), "P_drop"),
+         ("label smoothing (D3, D4)", ("D3", "D4"), "eps_ls")]
+# Params that differ between seeds, never between rows: not a row's "change" against the base.
+_PER_SEED = {"train.seed", "data.seed"}
+_PROVENANCE = "**Provenance:**"   # the line the index copies from each report
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+def load_results(study: str, uri: str | None = None, profile: str | None = None) -> dict:
+    """The latest invocation of `study` as tracking.study_results gives it; a UserError when absent."""
+    uri = uri or tracking.tracking_uri()
+    try:
+        results = tracking.study_results(uri, study, profile)
+    except UserError:
+        raise
+    except Exception as err:  # an unreachable server, an unreadable file: one sentence, not a stack
+        raise UserError(f"cannot read the MLflow tracking store {uri} ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200] if str(err) else ''}); start it or point "
+                        "MLFLOW_TRACKING_URI elsewhere.") from None
+    which = f"study {study}" + (f" with profile {profile}" if profile else "")
+    if results is None:
+        raise UserError(f"no runs of {which} in {uri}; run `python -m harness run studies/{study}.yaml"
+                        f"{f' --profile {profile}' if profile else ''}` first.")
+    if results["runs"].empty:
+        raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
+                        "yet; let it run or resume it with `python -m harness run ... --resume`.")
+    return results
+
+
+def paper_table(parent: dict, study: str) -> dict | None:
+    """The paper's table for this study (tables.yaml), or None (e.g. modern.yaml has no paper rows)."""
+    name = parent["tags"].get("table") or parent["params"].get("table") or study
+    table = load_tables().get(name)
+    return table if isinstance(table, dict) and "rows" in table else None
+
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column (params come back as strings); all-NaN when the runs never logged it."""
+    if name not in df:
+        return pd.Series(float("nan"), index=df.index)
+    return pd.to_numeric(df[name], errors="coerce")
+
+
+def row_order(runs: pd.DataFrame, paper_rows: Iterable[str] = (), declared: Iterable[str] = ()) -> list[str]:
+    """The paper's row order, then the study file's (the parent's `rows` param), then first appearance."""
+    seen = runs.sort_values("start_time", kind="stable")["tags.row"].astype(str).drop_duplicates().tolist()
+    paper, declared = list(paper_rows), list(declared)
+    big = len(paper) + len(declared) + len(seen)
+    return sorted(seen, key=lambda r: (paper.index(r) if r in paper else big,
+                                       declared.index(r) if r in declared else big, seen.index(r)))
+
+
+def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[str] = ()) -> pd.DataFrame:
+    """One line per row: architecture as run, mean and std (ddof=1) over FINISHED seeds, paper beside."""
+    runs = runs.assign(row=runs["tags.row"].astype(str))
+    paper_rows = paper["rows"] if paper else {}
+    records = []
+    for row in row_order(runs, paper_rows, declared):
+        g = runs[runs["row"] == row]
+        done = g[g["status"] == "FINISHED"]
+        first = (done if len(done) else g).iloc[0]   # params are the same for every seed of a row
+        status = ("FINISHED" if len(done) == len(g) else "PARTIAL" if len(done)
+                  else "FAILED" if (g["status"] == "FAILED").any() else str(g["status"].iloc[0]))
+        rec = {"row": row, "status": status, "n_seeds": len(g), "n_finished": len(done)}
+        rec.update({col: pd.to_numeric(first.get(f"params.{key}", "nan"), errors="coerce")
+                    for col, key in ARCH_COLUMNS.items()})
+        for name, key in METRICS.items():
+            values = _col(done, f"metrics.{key}").dropna()
+            rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
+        rec["params_M"] = _col(done, "metrics.params").mean() / 1e6
+        reasons = g["tags.failure_reason"].dropna().astype(str) if "tags.failure_reason" in g else []
+        rec["failure_reason"] = " | ".join(dict.fromkeys(r.strip()[:300] for r in reasons if r.strip()))
+        rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}
+        records.append(rec)
+    table = pd.DataFrame.from_records(records)
+    table["changes"] = _changes(table)
+    table = table.drop(columns="_params")
+    base = table[table["row"] == "base"]
+    for name in METRICS:   # deltas against base: the only comparison that survives the change of scale
+        ref = base[f"{name}_mean"].iloc[0] if len(base) else float("nan")
+        table[f"delta_{name}"] = table[f"{name}_mean"] - ref
+    if paper:
+        p = pd.DataFrame.from_dict(paper_rows, orient="index")
+        for ours, theirs in (("paper_ppl", "ppl"), ("paper_bleu", "bleu"), ("paper_params_M", "params")):
+            table[ours] = pd.to_numeric(table["row"].map(p[theirs]), errors="coerce")   # NaN: not in the paper
+        for name in ("ppl", "bleu"):
+            ref = p[name].get("base", float("nan"))
+            table[f"paper_delta_{name}"] = table[f"paper_{name}"] - float(ref)
+    notes = ["changes", "failure_reason"]   # free text last, after the numbers
+    return table[[c for c in table.columns if c not in notes] + notes]
+
+
+def _changes(table: pd.DataFrame) -> list[str]:
+    """Model/train params a row changes against the base beyond the printed columns (e.g. row E's
+    positional=learned, modern rows' norm or ffn), so rows that print alike can be told apart."""
+    base = table.loc[table["row"] == "base", "_params"]
+    if base.empty:
+        return [""] * len(table)
+    base, shown = base.iloc[0], set(ARCH_COLUMNS.values()) | _PER_SEED
+    return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
+                      if k.startswith(("model.", "train.")) and k not in shown and base.get(k) != v)
+            for params in table["_params"]]
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def _atomic_write(path: Path, data: str | bytes) -> Path:
+    """Temp file in the same directory, then rename: a reader never sees half a report."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _num(x, fmt: str = "{:.2f}") -> str:
+    return "–" if pd.isna(x) else fmt.format(x)
+
+
+def _pm(mean, std) -> str:
+    return _num(mean) if pd.isna(std) else f"{mean:.2f} ± {std:.2f}"
+
+
+def _signed(x) -> str:
+    return _num(x, "{:+.2f}")
+
+
+def provenance_line(parent: dict) -> str:
+    tags = parent["tags"]
+    dirty = " (dirty)" if str(tags.get("git_dirty", "")).lower() in ("true", "1", "yes") else ""
+    return (f"{_PROVENANCE} `{tags.get('command', '?')}` · commit `{tags.get('git_sha', '?')}`{dirty} · "
+            f"profile `{tags.get('profile', '?')}` · {tags.get('hardware', '?')} · {tags.get('started', '?')}")
+
+
+def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path]) -> str:
+    parent, runs = results["parent"], results["runs"]
+    tags, metrics = parent["tags"], parent.get("metrics", {})
+    wall, share = metrics.get("wall_seconds"), metrics.get("overhead_share")
+    synth = tags.get("profile") == "tiny" or (
+        "params.data.name" in runs and (runs["params.data.name"] == "synth").any())
+    signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
+    lines = [f"# {study}" + (f": {paper['caption']}" if paper else ""), "",
+             "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
+             provenance_line(parent), "",
+             f"- command: `{tags.get('command', '?')}`",
+             f"- git SHA: `{tags.get('git_sha', '?')}`, uncommitted changes: {tags.get('git_dirty', '?')}",
+             f"- study version {tags.get('version', '?')}, profile `{tags.get('profile', '?')}`, "
+             f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
+             f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
+             f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
+             f"- wall time {_num(wall, '{:.0f}')} s, Ray + MLflow overhead share "
+             f"{_num(None if share is None else 100 * share, '{:.1f}')} %"]
+    if signatures:
+        lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
+    lines.append("")
+    if paper:
+        m = paper.get("metrics", {})
+        lines += ["The paper's values come from harness/paper/tables.yaml (Vaswani et al. "
+                  f"2017, arXiv:1706.03762 v7). Paper PPL: {m.get('ppl', '?')}. Paper BLEU: {m.get('bleu', '?')}. "
+                  "Our `BLEU tok` follows that tokenized definition; our `BLEU sacre` is sacreBLEU (detokenized, 13a), "
+                  "which reads lower than tokenized BLEU on the same output, so compare like with like.", ""]
+    if synth:
+        lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models, not WMT14 EN-DE: "
+                  "absolute PPL and BLEU are not comparable with the paper; only the direction and relative size of "
+                  "each row's effect are (the Δ columns, each against the base row).", ""]
+    lines += ["Means ± sample std (ddof=1) over the seeds that FINISHED; `seeds` = finished / run. "
+              "Architecture columns are the values actually run (from each trial's params).", ""]
+    head = ["row", *ARCH_COLUMNS, "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok"]
+    if paper:
+        head += ["paper PPL", "paper BLEU", "paper params (M)", "paper Δ PPL", "paper Δ BLEU"]
+    head.append("notes")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.itertuples(index=False):
+        r = r._asdict()
+        seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
+        failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
+        notes = "; ".join(x for x in (r["changes"], failure) if x)
+        cells = [f"**{r['row']}**", *(_num(r[c], "{:g}") for c in ARCH_COLUMNS), seeds,
+                 _pm(r["ppl_mean"], r["ppl_std"]), _pm(r["bleu_mean"], r["bleu_std"]),
+                 _pm(r["bleu_tok_mean"], r["bleu_tok_std"]), _num(r["params_M"], "{:.3g}"),
+                 _signed(r["delta_ppl"]), _signed(r["delta_bleu_tok"])]
+        if paper:
+            cells += [_num(r["paper_ppl"]), _num(r["paper_bleu"], "{:.1f}"), _num(r["paper_params_M"], "{:g}"),
+                      _signed(r["paper_delta_ppl"]), _signed(r["paper_delta_bleu"])]
+        cells.append(notes.replace("|", "\\|").replace("\n", " "))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    colors = {row: f"C{i % 10}" for i, row in enumerate(order)}
+    for row in order:
+        seeds = runs[runs["tags.row"].astype(str) == row]
+        seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
+        for i, run in enumerate(seeds.itertuples(index=False)):
+            hist = tracking.metric_history(uri, run.run_id, "train_loss")
+            if hist:
+                steps, losses = zip(*sorted(hist))
+                ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
+                ax.plot(steps, losses, color=colors[row], ls="-" if ok else "--", lw=1,
+                        label=row if i == 0 else None)
+    ax.set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{study}: learning curves")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path) -> Path:
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.add_subplot()
+    ok = table.dropna(subset=["params_M", "bleu_mean"])
+    ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
+    for r in ok.itertuples(index=False):
+        ax.annotate(r.row, (r.params_M, r.bleu_mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)", title=f"{study}: dev BLEU against size (ours)")
+    return _save(fig, path)
+
+
+def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
+    """One column of panels per Table 3 knob group present (BLEU above, PPL below), ours on the left axis
+    and the paper's on a right axis: their scales differ, their slopes are what compare."""
+    present = set(table["row"])
+    groups = [(title, [r for r in ("base", *rows) if r in present], col)
+              for title, rows, col in KNOBS if present & set(rows)]
+    if not groups:   # no knob rows (e.g. modern.yaml): bars per row
+        fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
+            ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
+            ax.set_ylabel(label)
+        axes[0].set_title(f"{study}: dev BLEU and PPL per row (ours)")
+        return _save(fig, path)
+    fig = Figure(figsize=(3 * len(groups), 5.5), layout="constrained")
+    axes = fig.subplots(2, len(groups), squeeze=False)
+    for j, (title, rows, col) in enumerate(groups):
+        sub = table.set_index("row").loc[rows].sort_values(col)
+        x = range(len(sub))
+        labels = [(f"{col}={v:g}\n{r}" if pd.notna(v) else r) + ("" if s == "FINISHED" else f"\n{s}")
+                  for r, v, s in zip(sub.index, sub[col], sub["status"])]
+        for i, (name, paper_col, label) in enumerate((("bleu_tok", "paper_bleu", "dev BLEU tok"),
+                                                      ("ppl", "paper_ppl", "dev PPL"))):
+            ax = axes[i, j]
+            ax.errorbar(x, sub[f"{name}_mean"], yerr=sub[f"{name}_std"].fillna(0), fmt="o-", color="C0",
+                        capsize=3, label="ours")
+            if paper_col in sub and sub[paper_col].notna().any():
+                twin = ax.twinx()
+                twin.plot(x, sub[paper_col], "s--", color="C1", mfc="none", label="paper")
+                twin.tick_params(labelsize=7, colors="C1")
+            ax.set_xticks(list(x), labels if i == 1 else [""] * len(labels), fontsize=7)
+            ax.tick_params(axis="y", labelsize=7)
+            if j == 0:
+                ax.set_ylabel(f"{label} (ours, ●)", fontsize=8)
+        axes[0, j].set_title(title, fontsize=9)
+    fig.suptitle(f"{study}: one knob at a time (paper on the right axis, □)", fontsize=10)
+    return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+def write_index(out_dir: Path) -> Path:
+    """reports/README.md: every <study>.md present in out_dir with its provenance line."""
+    lines = ["# Reports", "", "Generated by `python -m harness report` from the MLflow store; each report names the "
+             "command, commit, profile, hardware and date of the runs it shows. Do not edit by hand.", ""]
+    for md in sorted(p for p in out_dir.glob("*.md") if p.name != "README.md"):
+        prov = next((ln[len(_PROVENANCE):].strip() for ln in md.read_text(encoding="utf-8").splitlines()
+                     if ln.startswith(_PROVENANCE)), "(no provenance line)")
+        lines.append(f"- [{md.stem}]({md.name}) ([csv]({md.stem}.csv)): {prov}")
+    return _atomic_write(out_dir / "README.md", "\n".join(lines) + "\n")
+
+
+def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
+                 profile: str | None = None) -> list[Path]:
+    """Write <study>.md, <study>.csv, three PNGs and the refreshed README.md index; return their paths."""
+    uri = uri or tracking.tracking_uri()
+    results = load_results(study, uri, profile)
+    parent, runs = results["parent"], results["runs"]
+    paper = paper_table(parent, study)
+    declared = [r for r in str(parent["params"].get("rows", "")).split(",") if r]
+    table = summarize(runs, paper, declared)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = [plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png"),
+             plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
+             plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
+    csv = _atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
+    md = _atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots))
+    return [md, csv, *plots, write_index(out_dir)]
+
+
+def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
+               profile: str | None = None) -> list[Path]:
+    """Reports for several studies (default: every study in the store); studies with no runs (of this
+    profile) are skipped, and nothing at all to report is an error."""
+    uri = uri or tracking.tracking_uri()
+    if studies is None:
+        studies = tracking.list_studies(uri)
+    paths: list[Path] = []
+    for study in studies:
+        try:
+            paths += write_report(study, out_dir, uri, profile)
+        except UserError as err:
+            if not str(err).startswith(("no runs of", "the latest run of")):
+                raise
+    if not paths:
+        raise UserError(f"no study in {uri} has runs{f' with profile {profile}' if profile else ''}; "
+                        "run `python -m harness run studies/NAME.yaml` first.")
+    return list(dict.fromkeys(paths))   # the index is rewritten after each study: list it once

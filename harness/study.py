@@ -1,0 +1,239 @@
+"""`python -m harness run STUDY`: a study's trials (row x seed) as a Ray Tune grid; the only module that
+imports ray. A local Ray by default; --address or RAY_ADDRESS joins an existing cluster.
+
+MLflow is the source of truth for what is done: `--resume` reopens the latest invocation of the same study,
+profile and version, skips trials whose child run FINISHED with the same config hash, and reruns the
+rest in the same run directory, where each trial continues from its own last checkpoint and reopens its
+own child run. FIFO scheduling (no early stopping): every row trains the same budget, as in the paper.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .data.corpus import DataConfig, load_dataset
+from .errors import UserError
+from .studyspec import Study, Trial, load_study
+from .tracking import StudyTracking, tracking_uri
+
+
+def git_state() -> tuple[str, bool]:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, check=True).stdout.strip())
+        return sha, dirty
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+
+
+def hardware() -> str:
+    gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{platform.machine()} {os.cpu_count()} CPU cores{gpu}, torch {torch.__version__}"
+
+
+def estimated_flops(trial: Trial) -> tuple[int, float]:
+    """(parameters, training FLOPs ~ 6 x params x tokens per step x steps): a dry-run estimate; attention's
+    n^2 term and padding are left out. Parameters are counted on the meta device (no memory)."""
+    from model import Transformer, count_parameters
+    model_cfg, train_cfg, _ = trial.configs()
+    with torch.device("meta"):
+        n = count_parameters(Transformer(model_cfg))
+    return n, 6.0 * n * train_cfg.batch_tokens * train_cfg.steps
+
+
+def _check_requirements(study: Study) -> None:
+    for trial in study.trials:
+        name = trial.data["name"]
+        if name != "synth" and not Path(name).is_dir():
+            raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
+                            f"not exist; prepare WMT14 with `python -m harness data prepare wmt14-en-de --from DIR "
+                            f"--out {name}`, or run --profile tiny.")
+
+
+def _print_trials(study: Study) -> None:
+    print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
+          f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
+    head = f"{'trial':<10}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
+           f"{'P_drop':>7}{'eps_ls':>7}{'steps':>8}{'params':>10}{'est. FLOPs':>12}"
+    print(head)
+    total = 0.0
+    for t in study.trials:
+        n, flops = estimated_flops(t)
+        total += flops
+        m = t.model
+        print(f"{t.key:<10}{t.config_hash:<14}{m['n_layers']:>3}{m['d_model']:>8}{m['d_ff']:>6}{m['n_heads']:>4}"
+              f"{m['d_k']:>5}{m['d_v']:>5}{m['p_drop']:>7}{t.train['label_smoothing']:>7}{t.train['steps']:>8}"
+              f"{n / 1e6:>9.2f}M{flops:>12.2e}")
+    print(f"estimated training cost: {total:.2e} FLOPs (6 x params x tokens; data: {study.trials[0].data['name']})")
+
+
+def _trainable(config: dict) -> None:
+    from ray import tune
+
+    from .trial import run_trial
+    tune.report(run_trial(config["trial"], config["ctx"]))
+
+
+def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int, int]:
+    runs = {r.data.tags.get("trial_key"): r for r in tracking.children(parent_id)}
+    print(f"\n{'trial':<10}{'status':<10}{'dev PPL':>9}{'BLEU':>7}{'BLEU tok':>9}{'params':>9}{'minutes':>8}")
+    done = failed = 0
+    for t in study.trials:
+        run = runs.get(t.key)
+        if run is None:
+            print(f"{t.key:<10}{'NOT RUN':<10}")
+            continue
+        m, status = run.data.metrics, run.info.status
+        done += status == "FINISHED"
+        failed += status == "FAILED"
+        fmt = lambda k, w, p: f"{m[k]:>{w}.{p}f}" if k in m else f"{'-':>{w}}"  # noqa: E731
+        minutes = (m.get("train_seconds", 0) + m.get("eval_seconds", 0)) / 60
+        print(f"{t.key:<10}{status:<10}{fmt('dev_ppl', 9, 2)}{fmt('dev_bleu', 7, 2)}{fmt('dev_bleu_tok', 9, 2)}"
+              f"{m.get('params', 0) / 1e6:>8.2f}M{minutes:>8.2f}")
+    return done, failed
+
+
+def run_study(args) -> int:
+    seeds = None
+    if args.seeds:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise UserError(f"--seeds {args.seeds!r} must be integers separated by commas, e.g. 0,1,2.") from None
+    rows = [r.strip() for r in args.rows.split(",")] if args.rows else None
+    study = load_study(args.study, args.profile, rows, seeds)
+    _check_requirements(study)
+    if args.dry_run:
+        _print_trials(study)
+        return 0
+
+    uri = tracking_uri()
+    tracking = StudyTracking(uri, study.name)
+    parent = tracking.latest_parent(study.profile, study.version) if args.resume else None
+    todo = study.trials
+    if parent is not None:
+        finished = {r.data.tags.get("trial_key"): r.data.tags.get("config_hash") for r in tracking.children(parent.info.run_id)
+                    if r.info.status == "FINISHED"}
+        todo = [t for t in study.trials if finished.get(t.key) != t.config_hash]
+        if not todo:
+            print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
+                  f"(MLflow run {parent.info.run_id}); nothing to run.")
+            _summary(tracking, parent.info.run_id, study)
+            return 0
+    elif args.resume:
+        print(f"{study.path}: no earlier invocation of profile {study.profile} found; starting afresh.")
+
+    # Data first (generated corpus, BPE), once in the driver: trials then only read the caches.
+    for data_cfg in {DataConfig(**t.data) for t in todo}:
+        model_cfg = todo[0].configs()[0]
+        load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
+
+    t_start = time.perf_counter()
+    sha, dirty = git_state()
+    tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
+            "git_dirty": dirty, "hardware": hardware()}
+    if parent is None:
+        run_dir = Path(args.runs_dir).resolve() / f"{study.name}-{study.profile}-{int(time.time())}"
+        parent_id = tracking.start_parent(
+            f"{study.name} {study.profile}",
+            {**tags, "command": " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
+             "started": datetime.datetime.now().isoformat(timespec="seconds"), "run_dir": run_dir,
+             "study_file": study.path, "table": study.table or ""},
+            {"rows": ",".join(study.rows), "seeds": ",".join(map(str, study.seeds))})
+        print(f"study {study.name} v{study.version}, profile {study.profile}: {len(todo)} trials; MLflow run "
+              f"{parent_id} at {uri}")
+    else:
+        parent_id = parent.info.run_id
+        run_dir = Path(parent.data.tags["run_dir"])
+        tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
+        print(f"resuming {study.name} (MLflow run {parent_id}): {len(todo)} of {len(study.trials)} trials left")
+
+    results, interrupted, concurrency = _fit(study, todo, run_dir, {
+        "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
+        "cwd": str(Path.cwd()), "tags": tags}, args)
+    done, failed = _summary(tracking, parent_id, study)
+    wall = time.perf_counter() - t_start
+    work = sum(r.get("trial_seconds", 0) - r.get("mlflow_seconds", 0) for r in results)
+    overhead = max(0.0, 1 - work / (wall * concurrency)) if wall > 0 else 0.0
+    print(f"\nwall {wall:.1f} s; trials' own work {work:.1f} s; Ray + MLflow overhead "
+          f"{100 * overhead:.1f} % (with {concurrency} trial(s) at a time)")
+    if interrupted:
+        tracking.mark_unfinished(parent_id)
+        tracking.end_parent(parent_id, "KILLED", {}, {"interrupted": "true"})
+        print(f"interrupted: rerun with `python -m harness run {study.path} --profile {study.profile} --resume`")
+        return 130
+    tracking.end_parent(parent_id, "FINISHED" if not failed else "FAILED",
+                        {"wall_seconds": wall, "work_seconds": work, "overhead_share": overhead},
+                        {"n_trials": len(study.trials), "n_failed": failed})
+    print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
+          f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")
+    return 0 if not failed else 1
+
+
+def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tuple[list[dict], bool, int]:
+    import logging
+
+    import ray
+    from ray import tune
+
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")   # trials keep the driver's working directory
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                 configure_logging=True)
+    except Exception as err:  # a wrong address, an unreachable cluster
+        raise UserError(f"cannot start or join Ray (address {address or 'local'}): "
+                        f"{str(err).splitlines()[0][:200]}; check --address / RAY_ADDRESS.") from None
+    try:
+        cluster = ray.cluster_resources()
+        cpu = max(1, int(study.resources.get("cpu", 1)))
+        cpu = min(cpu, max(1, int(cluster.get("CPU", 1))))
+        gpu = float(study.resources.get("gpu", 0)) if cluster.get("GPU", 0) > 0 else 0.0
+        if study.requires.get("gpu") and not gpu:
+            raise UserError(f"profile {study.profile} of {study.path} needs GPUs but the Ray cluster has none; "
+                            "join a GPU cluster with --address, or run --profile tiny.")
+        ctx = {**ctx, "threads": cpu}
+        concurrency = max(1, min(len(todo), int(cluster.get("CPU", 1) // cpu)))
+        if gpu:
+            concurrency = max(1, min(concurrency, int(cluster.get("GPU", 0) // gpu)))
+
+        class Progress(tune.Callback):
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                r = trial.last_result
+                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: dev PPL "
+                      f"{r.get('dev_ppl', float('nan')):.2f}, BLEU {r.get('dev_bleu', float('nan')):.2f} "
+                      f"({r.get('trial_seconds', 0):.0f} s)", flush=True)
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED", flush=True)
+
+        name = lambda t: f"{t.config['trial']['row']}-s{t.config['trial']['seed']}"  # noqa: E731
+        tuner = tune.Tuner(
+            tune.with_resources(_trainable, {"cpu": cpu, "gpu": gpu}),
+            param_space={"trial": tune.grid_search([t.__dict__ for t in todo]), "ctx": ctx},
+            tune_config=tune.TuneConfig(reuse_actors=True, trial_name_creator=name, trial_dirname_creator=name),
+            run_config=tune.RunConfig(name="tune", storage_path=str(run_dir / "ray"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=study.max_failures),
+                                      callbacks=[Progress()]))
+        interrupted = False
+        try:
+            grid = tuner.fit()
+        except KeyboardInterrupt:
+            return [], True, concurrency
+        results = [r.metrics for r in grid if r.metrics and "dev_ppl" in r.metrics]
+        errors = sum(1 for r in grid if r.error is not None)
+        interrupted = len(results) + errors < len(todo)
+        return results, interrupted, concurrency
+    finally:
+        ray.shutdown()

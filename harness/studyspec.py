@@ -1,0 +1,240 @@
+"""Study files: YAML -> a validated, fully resolved list of trials (one per row and seed), before anything starts.
+
+A study names its table, a base, its rows (overrides of the base, in the paper's units), seeds, resources
+and profiles. A profile scales a study without copying it: `scale` multiplies chosen fields of every row
+(so the rows' relations survive, e.g. d_k = d_model / h in the A rows), then its own settings apply.
+Resolution order for a row: preset -> base -> row -> profile scale -> profile settings.
+Everything wrong is refused here with the file, the key and what is allowed (UserError, exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from model import PRESETS, ConfigError, TransformerConfig, get_preset
+
+from . import overrides
+from .data.corpus import DataConfig
+from .errors import UserError
+from .paper import load_tables
+from .train import TRAIN_PRESETS, TrainConfig
+
+TOP_KEYS = {"study", "version", "table", "description", "seeds", "max_failures", "resources", "base", "rows",
+            "profiles"}
+BASE_KEYS = {"preset", "model", "train", "data"}
+PROFILE_KEYS = {"description", "preset", "scale", "model", "train", "data", "resources", "requires"}
+RESOURCE_KEYS = {"cpu", "gpu"}
+REQUIRE_KEYS = {"gpu", "data"}
+
+
+@dataclass(frozen=True)
+class Trial:
+    row: str
+    seed: int
+    model: dict
+    train: dict
+    data: dict
+
+    @property
+    def key(self) -> str:
+        return f"{self.row}-s{self.seed}"
+
+    @property
+    def config_hash(self) -> str:
+        blob = json.dumps({"model": self.model, "train": self.train, "data": self.data}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def configs(self) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+        return TransformerConfig(**self.model), TrainConfig(**self.train), DataConfig(**self.data)
+
+
+@dataclass(frozen=True)
+class Study:
+    path: Path
+    name: str
+    version: int
+    table: str | None
+    profile: str
+    rows: list[str]
+    seeds: list[int]
+    max_failures: int
+    resources: dict
+    requires: dict
+    trials: list[Trial] = field(default_factory=list)
+
+
+def _suggest(word: str, allowed) -> str:
+    close = difflib.get_close_matches(str(word), [str(a) for a in allowed], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class _Checker:
+    """Error messages that always name the file and the key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, what: str) -> None:
+        raise UserError(f"{self.path}: {where}: {what}")
+
+    def mapping(self, value: Any, where: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(where, f"must be a mapping of key: value, got {type(value).__name__}.")
+        return value
+
+    def keys(self, value: dict, where: str, allowed: set[str]) -> None:
+        for key in value:
+            if key not in allowed:
+                self.fail(f"{where}.{key}" if where else str(key),
+                          f"unknown key{_suggest(key, allowed)}; allowed: {', '.join(sorted(allowed))}.")
+
+    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(where, f"must be an integer >= {minimum}, got {value!r}.")
+        return value
+
+
+def _section_overrides(chk: _Checker, values: dict, where: str, section: str | None) -> dict[str, dict]:
+    """Flat or sectioned key: value pairs -> {'model': {...}, 'train': {...}, 'data': {...}}, type-checked."""
+    out: dict[str, dict] = {s: {} for s in overrides.SECTIONS}
+    for key, value in values.items():
+        qualified = f"{section}.{key}" if section else str(key)
+        try:
+            sec, name = overrides.resolve_key(qualified)
+            out[sec][name] = overrides.check_value(qualified, value, sec, name)
+        except UserError as err:
+            chk.fail(f"{where}.{key}", str(err))
+    return out
+
+
+def load_study(path: str | Path, profile: str | None = None, rows: list[str] | None = None,
+               seeds: list[int] | None = None) -> Study:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"{path} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
+    chk = _Checker(path)
+    raw = chk.mapping(raw, "top level")
+    chk.keys(raw, "", TOP_KEYS)
+    for key in ("study", "version", "base", "rows", "profiles"):
+        if key not in raw:
+            chk.fail(key, "is required.")
+    name = raw["study"]
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        chk.fail("study", f"must be a name of letters, digits, - and _, got {name!r}.")
+    version = chk.integer(raw["version"], "version", 1)
+    table = raw.get("table")
+    if table is not None and table not in load_tables():
+        chk.fail("table", f"{table!r} is not a table of harness/paper/tables.yaml"
+                          f"{_suggest(table, load_tables())}.")
+    study_seeds = raw.get("seeds", [0])
+    if not isinstance(study_seeds, list) or not study_seeds:
+        chk.fail("seeds", f"must be a non-empty list of integers, got {study_seeds!r}.")
+    study_seeds = [chk.integer(s, "seeds", 0) for s in study_seeds]
+    max_failures = chk.integer(raw.get("max_failures", 0), "max_failures", 0)
+
+    base = chk.mapping(raw["base"], "base")
+    chk.keys(base, "base", BASE_KEYS)
+    preset_name = base.get("preset", "paper_base")
+    if preset_name not in PRESETS:
+        chk.fail("base.preset", f"unknown preset {preset_name!r}{_suggest(preset_name, PRESETS)}; "
+                                f"choose one of {', '.join(PRESETS)}.")
+    base_over = {s: {} for s in overrides.SECTIONS}
+    for sec in overrides.SECTIONS:
+        part = _section_overrides(chk, chk.mapping(base.get(sec), f"base.{sec}"), f"base.{sec}", sec)
+        base_over[sec].update(part[sec])
+
+    all_rows = chk.mapping(raw["rows"], "rows")
+    if not all_rows:
+        chk.fail("rows", "must name at least one row.")
+    row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
+                for r, v in all_rows.items()}
+
+    profiles = chk.mapping(raw["profiles"], "profiles")
+    if not profiles:
+        chk.fail("profiles", "must define at least one profile (e.g. paper and tiny).")
+    profile = profile or ("tiny" if "tiny" in profiles else next(iter(profiles)))
+    if profile not in profiles:
+        raise UserError(f"{path} has no profile {profile!r}{_suggest(profile, profiles)}; "
+                        f"its profiles: {', '.join(profiles)}.")
+    prof = chk.mapping(profiles[profile], f"profiles.{profile}")
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, PROFILE_KEYS)
+    if "preset" in prof:
+        preset_name = prof["preset"]
+        if preset_name not in PRESETS:
+            chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{_suggest(preset_name, PRESETS)}.")
+    scale = chk.mapping(prof.get("scale"), f"{where}.scale")
+    for key, factor in scale.items():
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+            chk.fail(f"{where}.scale.{key}", f"must be a positive number, got {factor!r}.")
+    scale_keys = _section_overrides(chk, {k: 1 for k in scale}, f"{where}.scale", None)  # validates the names
+    prof_over = {s: {} for s in overrides.SECTIONS}
+    for sec in overrides.SECTIONS:
+        prof_over[sec].update(_section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"),
+                                                 f"{where}.{sec}", sec)[sec])
+    resources = {"cpu": 1, "gpu": 0, **chk.mapping(raw.get("resources"), "resources"),
+                 **chk.mapping(prof.get("resources"), f"{where}.resources")}
+    chk.keys(resources, "resources", RESOURCE_KEYS)
+    for key, value in resources.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            chk.fail(f"resources.{key}", f"must be a number >= 0, got {value!r}.")
+    requires = chk.mapping(prof.get("requires"), f"{where}.requires")
+    chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
+
+    chosen = list(all_rows) if not rows else rows
+    for r in chosen:
+        if r not in all_rows:
+            raise UserError(f"{path} has no row {r!r}{_suggest(r, all_rows)}; its rows: {', '.join(all_rows)}.")
+    chosen_seeds = seeds if seeds else study_seeds
+
+    trials = []
+    for r in chosen:
+        for seed in chosen_seeds:
+            try:
+                trials.append(_resolve(preset_name, base_over, row_over[r], scale, scale_keys, prof_over, seed))
+            except (ConfigError, UserError, TypeError) as err:
+                chk.fail(f"rows.{r} (profile {profile})", str(err))
+            trials[-1] = dataclasses.replace(trials[-1], row=r)
+    return Study(path=path, name=name, version=version, table=table, profile=profile, rows=chosen,
+                 seeds=chosen_seeds, max_failures=max_failures, resources=resources, requires=requires,
+                 trials=trials)
+
+
+def _scaled(value, factor):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return max(1, round(value * factor))
+    return value * factor
+
+
+def _resolve(preset_name: str, base: dict, row: dict, scale: dict, scale_keys: dict, prof: dict,
+             seed: int) -> Trial:
+    model = get_preset(preset_name).replace(**base["model"]).replace(**row["model"])
+    train = dataclasses.replace(TRAIN_PRESETS[preset_name], **base["train"], **row["train"])
+    data = dataclasses.replace(DataConfig(), **base["data"], **row["data"])
+    factors = {sec: {name: scale[key] for key in scale for name in scale_keys[sec]
+                     if overrides.resolve_key(key)[1] == name} for sec in scale_keys}
+    model = model.replace(**{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
+    train = dataclasses.replace(train, **{k: _scaled(getattr(train, k), f) for k, f in factors["train"].items()})
+    data = dataclasses.replace(data, **{k: _scaled(getattr(data, k), f) for k, f in factors["data"].items()})
+    model = model.replace(**prof["model"])
+    train = dataclasses.replace(train, **prof["train"], seed=seed)
+    train.validate()
+    data = dataclasses.replace(data, **prof["data"])
+    return Trial(row="", seed=seed, model=model.to_dict(), train=dataclasses.asdict(train),
+                 data=dataclasses.asdict(data))

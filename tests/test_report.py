@@ -1,0 +1,200 @@
+"""harness.report on fake studies logged into a throwaway sqlite MLflow store with the runner's schema."""
+
+import math
+
+import pandas as pd
+import pytest
+from matplotlib.image import imread
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+
+from harness.errors import UserError
+from harness.paper import load_tables
+from harness.report import report_all, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SHA = "0123abcd4567ef"
+COMMAND = "python -m harness run studies/table3.yaml --profile tiny"
+BASE = {"model.n_layers": 3, "model.d_model": 128, "model.d_ff": 512, "model.n_heads": 8, "model.d_k": 16,
+        "model.d_v": 16, "model.p_drop": 0.1, "model.positional": "sinusoid", "model.norm_position": "post",
+        "train.label_smoothing": 0.1, "train.steps": 150, "data.name": "synth"}
+# (row, seed, status, model/train overrides, dev_ppl, dev_bleu, dev_bleu_tok, failure_reason), logged out of the
+# paper's order on purpose. C4's third seed was KILLED with absurd numbers: it must not enter the means.
+TABLE3 = [
+    ("C4", 0, "FINISHED", {"model.d_model": 64, "model.d_k": 8, "model.d_v": 8}, 15.0, 10.0, 11.0, None),
+    ("C4", 1, "FINISHED", {"model.d_model": 64, "model.d_k": 8, "model.d_v": 8}, 16.0, 9.0, 10.0, None),
+    ("C4", 2, "KILLED", {"model.d_model": 64, "model.d_k": 8, "model.d_v": 8}, 999.0, 0.0, 0.0, None),
+    ("base", 0, "FINISHED", {}, 10.0, 20.0, 21.0, None),
+    ("base", 1, "FINISHED", {}, 12.0, 22.0, 24.0, None),
+    ("D1", 0, "FAILED", {"model.p_drop": 0.0}, None, None, None, "CUDA out of memory at step 5"),
+    ("D1", 1, "FAILED", {"model.p_drop": 0.0}, None, None, None, "CUDA out of memory at step 5"),
+    ("A1", 0, "FINISHED", {"model.n_heads": 1, "model.d_k": 128, "model.d_v": 128}, 13.0, 18.0, 19.0, None),
+    ("A1", 1, "FINISHED", {"model.n_heads": 1, "model.d_k": 128, "model.d_v": 128}, 14.0, 17.0, 18.0, None),
+]
+MODERN = [
+    ("base", 0, "FINISHED", {}, 10.0, 20.0, 21.0, None),
+    ("F2", 0, "FINISHED", {"model.ffn": "swiglu"}, 9.0, 21.0, 22.0, None),
+    ("F1", 0, "FINISHED", {"model.norm_position": "pre"}, 9.5, 20.5, 21.5, None),
+]
+
+
+def log_study(client: MlflowClient, study: str, trials: list, rows: str) -> str:
+    exp = client.create_experiment(study)
+    t0 = 1_700_000_000_000
+    common = {"study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "True",
+              "hardware": "2 CPU cores (test)"}
+    parent = client.create_run(exp, start_time=t0, tags={
+        **common, "kind": "study", "command": COMMAND.replace("table3", study), "started": "2025-01-02T03:04:05",
+        "run_dir": "/tmp/runs/x"}).info.run_id
+    client.log_batch(parent, params=[Param("rows", rows), Param("seeds", "0,1")])
+    for i, (row, seed, status, over, ppl, bleu, bleu_tok, reason) in enumerate(trials):
+        tags = {**common, "kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": str(seed),
+                "config_hash": f"h{row}", "trial_key": f"{row}-s{seed}", "sacrebleu_signature": "nrefs:1|tok:13a"}
+        if reason:
+            tags["failure_reason"] = reason
+        run = client.create_run(exp, start_time=t0 + 1000 * (i + 1), tags=tags).info.run_id
+        params = {**BASE, **over, "train.seed": seed}
+        client.log_batch(run, params=[Param(k, str(v)) for k, v in params.items()])
+        last = 30 if ppl is not None else 10          # a failed trial dies early, without final metrics
+        metrics = [Metric("train_loss", 8.0 - step / 10 - seed / 10, 0, step) for step in range(10, last + 1, 10)]
+        if ppl is not None:
+            finals = {"dev_ppl": ppl, "dev_bleu": bleu, "dev_bleu_tok": bleu_tok,
+                      "params": 1.5e6 * params["model.d_model"] / 128, "steps": last}
+            metrics += [Metric(k, v, 0, last) for k, v in finals.items()]
+        client.log_batch(run, metrics=metrics)
+        client.set_terminated(run, status)
+    client.log_batch(parent, metrics=[Metric("wall_seconds", 321.0, 0, 0), Metric("overhead_share", 0.125, 0, 0)])
+    failed = sum(t[2] == "FAILED" for t in trials)
+    client.log_batch(parent, tags=[RunTag("n_trials", str(len(trials))), RunTag("n_failed", str(failed))])
+    client.set_terminated(parent, "FAILED" if failed else "FINISHED")
+    return parent
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module (creating a sqlite schema takes seconds), written to by report tests
+    in their own out_dir."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    client = MlflowClient(uri)
+    ids = {"table3": log_study(client, "table3", TABLE3, "base,A1,C4,D1"),
+           "modern": log_study(client, "modern", MODERN, "base,F1,F2")}
+    return uri, ids
+
+
+@pytest.fixture(scope="module")
+def table3(store, tmp_path_factory):
+    uri, ids = store
+    out = tmp_path_factory.mktemp("reports")
+    paths = write_report("table3", out, uri)
+    return out, paths, pd.read_csv(out / "table3.csv").set_index("row", drop=False), ids["table3"]
+
+
+def test_files_written(table3):
+    out, paths, _, _ = table3
+    names = {p.name for p in paths}
+    assert names == {"table3.md", "table3.csv", "table3_learning_curves.png", "table3_bleu_vs_params.png",
+                     "table3_knobs.png", "README.md"}
+    assert all(p.parent == out and p.stat().st_size > 0 for p in paths)
+    assert not list(out.glob(".*.tmp"))      # atomic writes leave no temp files behind
+
+
+def test_rows_in_paper_order_with_hand_computed_means(table3):
+    _, _, csv, _ = table3
+    assert csv["row"].tolist() == ["base", "A1", "C4", "D1"]
+    assert csv.loc["base", "ppl_mean"] == pytest.approx(11.0)
+    assert csv.loc["base", "ppl_std"] == pytest.approx(math.sqrt(2), abs=1e-4)      # sample std of 10, 12
+    assert csv.loc["base", "bleu_tok_mean"] == pytest.approx(22.5)
+    assert csv.loc["base", "bleu_tok_std"] == pytest.approx(math.sqrt(4.5), abs=1e-4)
+    assert csv.loc["A1", "bleu_mean"] == pytest.approx(17.5)
+    assert csv.loc["A1", "delta_ppl"] == pytest.approx(13.5 - 11.0)
+    assert csv.loc["A1", "delta_bleu_tok"] == pytest.approx(18.5 - 22.5)
+    # The values actually run, from the params (strings in MLflow), not the paper's.
+    assert csv.loc["A1", ["N", "d_model", "h", "d_k", "d_v"]].tolist() == [3, 128, 1, 128, 128]
+    assert csv.loc["C4", "d_model"] == 64 and csv.loc["D1", "P_drop"] == 0.0 and csv.loc["base", "steps"] == 150
+    assert csv.loc["C4", "params_M"] == pytest.approx(0.75)
+
+
+def test_unfinished_seeds_are_not_averaged(table3):
+    _, _, csv, _ = table3
+    c4 = csv.loc["C4"]
+    assert (c4["n_seeds"], c4["n_finished"], c4["status"]) == (3, 2, "PARTIAL")
+    assert c4["ppl_mean"] == pytest.approx(15.5) and c4["bleu_mean"] == pytest.approx(9.5)
+
+
+def test_paper_values_beside_ours(table3):
+    _, _, csv, _ = table3
+    paper = load_tables()["table3"]["rows"]
+    for row in ("base", "A1", "C4", "D1"):
+        assert csv.loc[row, "paper_ppl"] == pytest.approx(paper[row]["ppl"])
+        assert csv.loc[row, "paper_bleu"] == pytest.approx(paper[row]["bleu"])
+        assert csv.loc[row, "paper_delta_bleu"] == pytest.approx(paper[row]["bleu"] - paper["base"]["bleu"])
+    assert csv.loc["C4", "paper_params_M"] == pytest.approx(paper["C4"]["params"])
+    assert pd.isna(csv.loc["A1", "paper_params_M"]) == (paper["A1"]["params"] is None)
+
+
+def test_failed_row_kept_with_reason(table3):
+    out, _, csv, _ = table3
+    d1 = csv.loc["D1"]
+    assert d1["status"] == "FAILED" and d1["n_finished"] == 0 and pd.isna(d1["ppl_mean"])
+    assert d1["failure_reason"] == "CUDA out of memory at step 5"        # once, though both seeds failed
+    line = next(ln for ln in (out / "table3.md").read_text().splitlines() if ln.startswith("| **D1**"))
+    assert "0/2 FAILED" in line and "CUDA out of memory at step 5" in line
+
+
+def test_pngs_are_valid_images(table3):
+    out, _, _, _ = table3
+    for kind in ("learning_curves", "bleu_vs_params", "knobs"):
+        path = out / f"table3_{kind}.png"
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        height, width = imread(path).shape[:2]
+        assert height > 100 and width > 100
+
+
+def test_markdown_provenance_and_index(table3):
+    out, _, _, parent_id = table3
+    md = (out / "table3.md").read_text()
+    head = md.split("| row |")[0]                      # everything above the table
+    assert COMMAND in head and SHA in head and "dirty" in head and parent_id in head
+    assert "tiny" in head and "2 CPU cores (test)" in head and "2025-01-02T03:04:05" in head
+    assert "321 s" in head and "12.5 %" in head
+    assert "harness/paper/tables.yaml" in head and load_tables()["table3"]["metrics"]["bleu"] in head
+    assert "made-up corpus" in head
+    paper_base_bleu = f"{load_tables()['table3']['rows']['base']['bleu']:.1f}"
+    assert f"| {paper_base_bleu} |" in next(ln for ln in md.splitlines() if ln.startswith("| **base**"))
+    index = (out / "README.md").read_text()
+    assert "[table3](table3.md)" in index and COMMAND in index and SHA in index
+
+
+def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_path):
+    uri, _ = store
+    paths = report_all(tmp_path, uri, studies=["table3", "modern", "never_run"])   # never_run: skipped
+    csv = pd.read_csv(tmp_path / "modern.csv").set_index("row", drop=False)
+    assert csv["row"].tolist() == ["base", "F1", "F2"]
+    assert not any(c.startswith("paper_") for c in csv.columns)
+    assert csv.loc["F1", "changes"] == "norm_position=pre" and csv.loc["F2", "changes"] == "ffn=swiglu"
+    assert (tmp_path / "modern_knobs.png").read_bytes()[:8] == PNG_MAGIC
+    index = (tmp_path / "README.md").read_text()
+    assert "[modern](modern.md)" in index and "[table3](table3.md)" in index
+    assert sum(p.name == "README.md" for p in paths) == 1
+
+
+def test_unknown_study_or_profile_is_a_user_error(store, tmp_path):
+    uri, _ = store
+    with pytest.raises(UserError, match=r"no runs of study table9 in .*python -m harness run studies/table9.yaml"):
+        write_report("table9", tmp_path, uri)
+    with pytest.raises(UserError, match="with profile paper"):
+        write_report("table3", tmp_path, uri, profile="paper")
+    assert not list(tmp_path.iterdir())               # nothing half-written
+
+
+@pytest.mark.parametrize("where", ["garbage file", "no server"])
+def test_unreachable_store_is_a_user_error(tmp_path, monkeypatch, where):
+    if where == "garbage file":
+        (tmp_path / "mlflow.db").write_text("not a database\n")
+        uri = f"sqlite:///{tmp_path}/mlflow.db"
+    else:   # nothing listens on port 9 (discard); no retries, so this fails at once
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        uri = "http://127.0.0.1:9"
+    with pytest.raises(UserError, match="cannot read the MLflow tracking store") as err:
+        write_report("table3", tmp_path / "out", uri)
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
