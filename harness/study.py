@@ -158,15 +158,22 @@ def run_study(args) -> int:
         tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
         print(f"resuming {study.name} (MLflow run {parent_id}): {len(todo)} of {len(study.trials)} trials left")
 
-    results, interrupted, concurrency = _fit(study, todo, run_dir, {
+    # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
+    # at the end while the other slots idle.
+    todo = sorted(todo, key=lambda t: -estimated_flops(t)[1])
+    results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
         "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
         "cwd": str(Path.cwd()), "tags": tags}, args)
     done, failed = _summary(tracking, parent_id, study)
     wall = time.perf_counter() - t_start
     work = sum(r.get("trial_seconds", 0) - r.get("mlflow_seconds", 0) for r in results)
+    trial_mlflow = sum(r.get("mlflow_seconds", 0) for r in results)
+    # Overhead = the share of the trial slots' time (wall x concurrent trials) not spent in trials' own work:
+    # Ray's start, scheduling and stop, MLflow calls in driver and trials, and any slot left idle.
     overhead = max(0.0, 1 - work / (wall * concurrency)) if wall > 0 else 0.0
-    print(f"\nwall {wall:.1f} s; trials' own work {work:.1f} s; Ray + MLflow overhead "
-          f"{100 * overhead:.1f} % (with {concurrency} trial(s) at a time)")
+    print(f"\nwall {wall:.1f} s with {concurrency} trial(s) at a time; trials' own work {work:.1f} s; "
+          f"Ray start and stop {ray_seconds:.1f} s; MLflow in trials {trial_mlflow:.1f} s; "
+          f"Ray + MLflow overhead {100 * overhead:.1f} % of the slots' time")
     if interrupted:
         tracking.mark_unfinished(parent_id)
         tracking.end_parent(parent_id, "KILLED", {}, {"interrupted": "true"})
@@ -180,7 +187,7 @@ def run_study(args) -> int:
     return 0 if not failed else 1
 
 
-def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tuple[list[dict], bool, int]:
+def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tuple[list[dict], bool, int, float]:
     import logging
 
     import ray
@@ -189,6 +196,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")   # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     address = args.address or os.environ.get("RAY_ADDRESS") or None
+    t0 = time.perf_counter()
     try:
         ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=True)
@@ -204,6 +212,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
             raise UserError(f"profile {study.profile} of {study.path} needs GPUs but the Ray cluster has none; "
                             "join a GPU cluster with --address, or run --profile tiny.")
         ctx = {**ctx, "threads": cpu}
+        ray_seconds = time.perf_counter() - t0
         concurrency = max(1, min(len(todo), int(cluster.get("CPU", 1) // cpu)))
         if gpu:
             concurrency = max(1, min(concurrency, int(cluster.get("GPU", 0) // gpu)))
@@ -226,14 +235,15 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
             run_config=tune.RunConfig(name="tune", storage_path=str(run_dir / "ray"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=study.max_failures),
                                       callbacks=[Progress()]))
-        interrupted = False
         try:
             grid = tuner.fit()
         except KeyboardInterrupt:
-            return [], True, concurrency
+            return [], True, concurrency, ray_seconds
         results = [r.metrics for r in grid if r.metrics and "dev_ppl" in r.metrics]
         errors = sum(1 for r in grid if r.error is not None)
-        interrupted = len(results) + errors < len(todo)
-        return results, interrupted, concurrency
-    finally:
+        t1 = time.perf_counter()
         ray.shutdown()
+        return results, len(results) + errors < len(todo), concurrency, ray_seconds + time.perf_counter() - t1
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()

@@ -181,7 +181,13 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     for key, factor in scale.items():
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
             chk.fail(f"{where}.scale.{key}", f"must be a positive number, got {factor!r}.")
-    scale_keys = _section_overrides(chk, {k: 1 for k in scale}, f"{where}.scale", None)  # validates the names
+    factors: dict[str, dict] = {sec: {} for sec in overrides.SECTIONS}
+    for key, factor in scale.items():
+        try:
+            sec, field_name = overrides.resolve_key(str(key))
+        except UserError as err:
+            chk.fail(f"{where}.scale.{key}", str(err))
+        factors[sec][field_name] = factor
     prof_over = {s: {} for s in overrides.SECTIONS}
     for sec in overrides.SECTIONS:
         prof_over[sec].update(_section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"),
@@ -205,7 +211,7 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     for r in chosen:
         for seed in chosen_seeds:
             try:
-                trials.append(_resolve(preset_name, base_over, row_over[r], scale, scale_keys, prof_over, seed))
+                trials.append(_resolve(preset_name, base_over, row_over[r], factors, prof_over, seed))
             except (ConfigError, UserError, TypeError) as err:
                 chk.fail(f"rows.{r} (profile {profile})", str(err))
             trials[-1] = dataclasses.replace(trials[-1], row=r)
@@ -222,13 +228,10 @@ def _scaled(value, factor):
     return value * factor
 
 
-def _resolve(preset_name: str, base: dict, row: dict, scale: dict, scale_keys: dict, prof: dict,
-             seed: int) -> Trial:
+def _resolve(preset_name: str, base: dict, row: dict, factors: dict, prof: dict, seed: int) -> Trial:
     model = get_preset(preset_name).replace(**base["model"]).replace(**row["model"])
     train = dataclasses.replace(TRAIN_PRESETS[preset_name], **base["train"], **row["train"])
     data = dataclasses.replace(DataConfig(), **base["data"], **row["data"])
-    factors = {sec: {name: scale[key] for key in scale for name in scale_keys[sec]
-                     if overrides.resolve_key(key)[1] == name} for sec in scale_keys}
     model = model.replace(**{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
     train = dataclasses.replace(train, **{k: _scaled(getattr(train, k), f) for k, f in factors["train"].items()})
     data = dataclasses.replace(data, **{k: _scaled(getattr(data, k), f) for k, f in factors["data"].items()})

@@ -1,0 +1,242 @@
+"""Study files: every file in studies/ resolves and smoke-runs; malformed files are refused before anything
+starts; a real study runs through Ray Tune against a real `mlflow server`, and --resume reruns nothing."""
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import UserError
+from harness.paper import load_tables
+from harness.studyspec import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
+
+
+def test_studies_are_found():
+    assert {p.stem for p in STUDIES} >= {"table3", "modern"}
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_every_profile_of_every_study_resolves(path):
+    import yaml
+    for profile in yaml.safe_load(path.read_text())["profiles"]:
+        study = load_study(path, profile)
+        assert study.trials and len({t.key for t in study.trials}) == len(study.trials)
+        assert len({t.config_hash for t in study.trials}) == len(study.trials), "two rows resolve alike"
+
+
+def test_table3_rows_are_the_papers_rows_in_the_paper_profile():
+    study = load_study(ROOT / "studies" / "table3.yaml", "paper")
+    paper = load_tables()["table3"]["rows"]
+    assert [t.row for t in study.trials] == list(paper)
+    for t in study.trials:
+        row = paper[t.row]
+        assert (t.model["n_layers"], t.model["d_model"], t.model["d_ff"], t.model["n_heads"], t.model["d_k"],
+                t.model["d_v"], t.model["p_drop"], t.train["label_smoothing"], t.train["steps"]) == \
+            (row["N"], row["d_model"], row["d_ff"], row["h"], row["d_k"], row["d_v"], row["P_drop"],
+             row["eps_ls"], row["steps"]), t.row
+        assert t.model["positional"] == row.get("positional", "sinusoid")
+
+
+def test_tiny_profile_keeps_the_relations_between_rows():
+    trials = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
+    for row in ("base", "A1", "A2", "A3", "A4"):
+        m = trials[row].model
+        assert m["d_k"] * m["n_heads"] == m["d_model"] == trials["base"].model["d_model"]
+    assert [trials[r].model["n_layers"] for r in ("C1", "C2", "base", "C3")] == [1, 2, 3, 4]
+    assert trials["C5"].model["d_model"] == 4 * trials["C4"].model["d_model"]
+    assert trials["big"].train["steps"] == 3 * trials["base"].train["steps"]
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
+    """Each row of the tiny profile, shrunk to two steps, through the trial function that Ray Tune runs."""
+    from harness.tracking import StudyTracking
+    from harness.trial import run_trial
+    study = load_study(path, "tiny")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking = StudyTracking(uri, study.name)
+    parent = tracking.start_parent("smoke", {"profile": "tiny", "version": study.version}, {})
+    ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
+           "threads": 1, "tags": {"study": study.name}}
+    for trial in study.trials:
+        small = dataclasses.replace(
+            trial, train={**trial.train, "steps": 2, "bleu_sentences": 2, "max_extra": 3, "checkpoint_every": 0},
+            data={**trial.data, "train_pairs": 1000, "dev_pairs": 4, "test_pairs": 4, "cache_dir": str(tmp_path)})
+        result = run_trial(small.__dict__, ctx)
+        assert result["steps"] == 2 and result["dev_ppl"] > 1, trial.key
+    runs = tracking.children(parent)
+    assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+BAD = {
+    "unknown_key": ("rowz:", "rows:", "unknown key (did you mean rows?)"),
+    "row_unknown_setting": ("A1: {n_heads: 1,", "A1: {n_head: 1,", "did you mean n_heads"),
+    "wrong_type": ("version: 1", "version: one", "version: must be an integer"),
+    "not_divisible": ("A1: {n_heads: 1, d_k: 512, d_v: 512}", "A1: {n_heads: 7}", "not divisible by n_heads=7"),
+    "bad_scale": ("n_layers: 0.5, steps", "n_layers: -1, steps", "must be a positive number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_malformed_study_is_one_sentence_exit_2_and_nothing_started(case, tmp_path, capsys, monkeypatch):
+    text = (ROOT / "studies" / "table3.yaml").read_text()
+    old, new, needle = BAD[case]
+    if case == "unknown_key":
+        text = text.replace("\nrows:", "\nrowz:")
+    else:
+        assert old in text
+        text = text.replace(old, new, 1)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", str(bad), "--profile", "tiny", "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert needle in err and str(bad) in err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--profile", "small"], "has no profile 'small'"),
+    (["--rows", "base,A9"], "has no row 'A9'"),
+    (["--seeds", "0,x"], "--seeds"),
+    (["--profile", "paper"], "prepare WMT14"),
+])
+def test_bad_run_flags(argv, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", str(ROOT / "studies" / "table3.yaml"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_missing_study_file(capsys):
+    assert main(["run", "studies/nope.yaml"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+TWO_ROW_STUDY = """
+study: mini
+version: 1
+table: table3
+seeds: [0]
+resources: {cpu: 1}
+base: {preset: tiny}
+rows:
+  base: {}
+  A1: {n_heads: 1}
+profiles:
+  tiny:
+    model: {d_model: 32, d_ff: 64, n_layers: 1, vocab_size: 300, max_len: 128}
+    train: {steps: 3, warmup: 2, max_tokens: 600, batch_tokens: 600, checkpoint_every: 0, checkpoint_minutes: 0,
+            log_every: 1, bleu_sentences: 4, max_extra: 3}
+    data: {train_pairs: 1000, dev_pairs: 8, test_pairs: 8, cache_dir: CACHE}
+"""
+
+
+@pytest.mark.slow
+def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
+    from mlflow import MlflowClient
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+         str(tmp_path / "artifacts"), "--workers", "1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not come up")
+        study = tmp_path / "mini.yaml"
+        study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+        cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs")]
+        first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "overhead" in first.stdout
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("mini")
+        runs = client.search_runs([exp.experiment_id])
+        parents = [r for r in runs if r.data.tags.get("kind") == "study"]
+        children = [r for r in runs if r.data.tags.get("kind") == "trial"]
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert sorted(r.data.tags["row"] for r in children) == ["A1", "base"]
+        for r in children:
+            assert r.info.status == "FINISHED"
+            assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+            assert r.data.metrics["dev_ppl"] > 1 and "dev_bleu" in r.data.metrics
+            assert r.data.params["model.n_heads"] in ("4", "1")
+            assert {"study", "version", "profile", "seed", "config_hash", "git_sha", "hardware"} <= set(r.data.tags)
+            assert len(client.get_metric_history(r.info.run_id, "train_loss")) == 3
+            assert {a.path for a in client.list_artifacts(r.info.run_id)} >= {"config.json", "metrics.jsonl"}
+        again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=600)
+        assert again.returncode == 0 and "nothing to run" in again.stdout, again.stdout + again.stderr
+        assert len(client.search_runs([exp.experiment_id])) == len(runs)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
+    import signal
+
+    from mlflow import MlflowClient
+    study = tmp_path / "mini.yaml"
+    text = TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")).replace("resources: {cpu: 1}", "resources: {cpu: 2}")
+    text = text.replace("steps: 3,", "steps: 400,").replace("  A1: {n_heads: 1}", "  A1: {n_heads: 1}\n  C1: {d_ff: 32}")
+    study.write_text(text)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = MlflowClient(uri)
+    deadline = time.time() + 300
+    finished = []
+    while time.time() < deadline and proc.poll() is None:
+        exp = client.get_experiment_by_name("mini") if (tmp_path / "mlflow.db").exists() else None
+        runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'") if exp else []
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        if finished:
+            break
+        time.sleep(0.5)
+    assert finished, "no trial finished in time"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "--resume" in out, out
+    again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    exp = client.get_experiment_by_name("mini")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("kind") == "study"]
+    children = [r for r in runs if r.data.tags.get("kind") == "trial"]
+    assert len(parents) == 1 and parents[0].data.tags.get("resumed") == "true"
+    assert sorted(r.data.tags["row"] for r in children) == ["A1", "C1", "base"]     # one run per trial
+    assert all(r.info.status == "FINISHED" for r in children)
+    # The trial that had finished before the interrupt was not run again.
+    first = finished[0]
+    assert client.get_run(first.info.run_id).info.end_time == first.info.end_time
