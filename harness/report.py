@@ -132,8 +132,15 @@ def _changes(table: pd.DataFrame) -> list[str]:
     if base.empty:
         return [""] * len(table)
     base, shown = base.iloc[0], set(ARCH_COLUMNS.values()) | _PER_SEED
+
+    def implied(k: str, params: dict) -> bool:
+        # Fields derived from printed ones: n_kv_heads follows n_heads, per-side depths follow n_layers.
+        derived_from = {"model.n_kv_heads": "model.n_heads", "model.n_enc_layers": "model.n_layers",
+                        "model.n_dec_layers": "model.n_layers"}
+        return k in derived_from and params.get(k) == params.get(derived_from[k])
     return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
-                      if k.startswith(("model.", "train.")) and k not in shown and base.get(k) != v)
+                      if k.startswith(("model.", "train.")) and k not in shown and base.get(k) != v
+                      and not implied(k, params))
             for params in table["_params"]]
 
 

@@ -103,6 +103,34 @@ def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int
     return done, failed
 
 
+def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict:
+    """Where the trial slots' time (wall x concurrency) went. From each trial's start and end (wall clock):
+    - work: trials' own time (data, training, evaluation), their MLflow calls excluded;
+    - waiting: slot-seconds left empty while trials were still waiting to start (Ray starting and
+      scheduling actors, importing torch in workers): overhead;
+    - driver: wall time outside [first trial start, last trial end] (Ray start/stop, the parent run,
+      the summary), on every slot: overhead;
+    - tail: slot-seconds left empty after the last trial started, because no trial was left to run:
+      a matter of packing rows onto slots, reported apart from the overhead."""
+    if not results or wall <= 0:
+        return {"work": 0.0, "waiting": 0.0, "mlflow": 0.0, "driver": wall, "overhead_share": 1.0 if wall else 0.0,
+                "tail_share": 0.0}
+    spans = sorted((r["started_at"], r["ended_at"]) for r in results)
+    first, last_start, last_end = spans[0][0], max(s for s, _ in spans), max(e for _, e in spans)
+    edges = sorted({first, last_start, *(t for span in spans for t in span if first <= t <= last_start)})
+    waiting = 0.0
+    for a, b in zip(edges, edges[1:]):
+        running = sum(1 for s, e in spans if s <= a and e >= b)
+        waiting += max(0, concurrency - running) * (b - a)
+    tail = sum(max(0.0, last_end - e) for s, e in spans[-concurrency:]) if len(spans) >= concurrency else 0.0
+    mlflow = sum(r.get("mlflow_seconds", 0.0) for r in results)
+    work = sum(r["trial_seconds"] for r in results) - mlflow
+    driver = max(0.0, wall - (last_end - first))
+    slots = wall * concurrency
+    return {"work": work, "waiting": waiting, "mlflow": mlflow, "driver": driver,
+            "overhead_share": (waiting + mlflow + driver * concurrency) / slots, "tail_share": tail / slots}
+
+
 def run_study(args) -> int:
     seeds = None
     if args.seeds:
@@ -166,21 +194,20 @@ def run_study(args) -> int:
         "cwd": str(Path.cwd()), "tags": tags}, args)
     done, failed = _summary(tracking, parent_id, study)
     wall = time.perf_counter() - t_start
-    work = sum(r.get("trial_seconds", 0) - r.get("mlflow_seconds", 0) for r in results)
-    trial_mlflow = sum(r.get("mlflow_seconds", 0) for r in results)
-    # Overhead = the share of the trial slots' time (wall x concurrent trials) not spent in trials' own work:
-    # Ray's start, scheduling and stop, MLflow calls in driver and trials, and any slot left idle.
-    overhead = max(0.0, 1 - work / (wall * concurrency)) if wall > 0 else 0.0
-    print(f"\nwall {wall:.1f} s with {concurrency} trial(s) at a time; trials' own work {work:.1f} s; "
-          f"Ray start and stop {ray_seconds:.1f} s; MLflow in trials {trial_mlflow:.1f} s; "
-          f"Ray + MLflow overhead {100 * overhead:.1f} % of the slots' time")
+    cost = overhead_account(results, wall, concurrency)
+    print(f"\nwall {wall:.1f} s, {concurrency} trial(s) at a time; trials' own work {cost['work']:.1f} s; "
+          f"Ray start and stop {ray_seconds:.1f} s; Ray + MLflow overhead {100 * cost['overhead_share']:.1f} % "
+          f"of the slots' time (slots idle while trials waited {cost['waiting']:.1f} s, MLflow in trials "
+          f"{cost['mlflow']:.1f} s, driver outside trials {cost['driver']:.1f} s); slots idle after the last "
+          f"trial started (bin packing, not overhead) {100 * cost['tail_share']:.1f} %")
     if interrupted:
         tracking.mark_unfinished(parent_id)
         tracking.end_parent(parent_id, "KILLED", {}, {"interrupted": "true"})
         print(f"interrupted: rerun with `python -m harness run {study.path} --profile {study.profile} --resume`")
         return 130
     tracking.end_parent(parent_id, "FINISHED" if not failed else "FAILED",
-                        {"wall_seconds": wall, "work_seconds": work, "overhead_share": overhead},
+                        {"wall_seconds": wall, "work_seconds": cost["work"],
+                         "overhead_share": cost["overhead_share"], "tail_idle_share": cost["tail_share"]},
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
           f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")

@@ -35,7 +35,7 @@ def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
 
 def run_trial(spec: dict, ctx: dict) -> dict:
     """spec: a Trial as a dict. ctx: tracking URI, experiment and parent ids, run directory, threads, tags."""
-    t_start = time.perf_counter()
+    t_start, started_at = time.perf_counter(), time.time()
     trial = Trial(**spec)
     torch.set_num_threads(max(1, int(ctx["threads"])))
     out_dir = Path(ctx["run_dir"]) / trial.key
@@ -56,4 +56,5 @@ def run_trial(spec: dict, ctx: dict) -> dict:
     run.finish("FINISHED")
     wall = time.perf_counter() - t_start
     return {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
-            "trial_seconds": wall, "mlflow_seconds": run.seconds, "run_id": run.run_id}
+            "trial_seconds": wall, "mlflow_seconds": run.seconds, "run_id": run.run_id,
+            "started_at": started_at, "ended_at": time.time()}

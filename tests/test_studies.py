@@ -240,3 +240,17 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     # The trial that had finished before the interrupt was not run again.
     first = finished[0]
     assert client.get_run(first.info.run_id).info.end_time == first.info.end_time
+
+
+def test_overhead_account_splits_slot_time():
+    from harness.study import overhead_account
+    # Two slots. A runs 100-110, B 101-111, C 110.5-120; the whole invocation took 22 s.
+    runs = [dict(started_at=100, ended_at=110, trial_seconds=10, mlflow_seconds=0.5),
+            dict(started_at=101, ended_at=111, trial_seconds=10, mlflow_seconds=0.5),
+            dict(started_at=110.5, ended_at=120, trial_seconds=9.5, mlflow_seconds=0.5)]
+    cost = overhead_account(runs, 22, 2)
+    assert cost["waiting"] == pytest.approx(1.0 + 0.5)       # a slot empty 100-101 and 110-110.5
+    assert cost["driver"] == pytest.approx(2.0)              # 22 s wall, trials span 100-120
+    assert cost["work"] == pytest.approx(28.0)
+    assert cost["overhead_share"] == pytest.approx((1.5 + 1.5 + 2 * 2) / 44)
+    assert cost["tail_share"] == pytest.approx(9 / 44)       # B's slot idle 111-120, nothing left to run
