@@ -54,7 +54,7 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
     metrics = {f"{prefix}_ppl": perplexity(model, split.data, max_tokens, device, autocast)}
     n = len(split.data) if bleu_sentences is None else min(bleu_sentences, len(split.data))
     if n:
-        subset = ParallelData([split.data.src_ids[i] for i in range(n)], [split.data.tgt_ids[i] for i in range(n)])
+        subset = ParallelData(split.data.src_ids[:n], split.data.tgt_ids[:n])
         hyps = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens, autocast)
         refs, srcs = split.tgt_text[:n], split.src_text[:n]
         score, signature = sacre_bleu(hyps, refs)

@@ -292,7 +292,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         "tokens_per_s": tokens_seen / max(train_seconds, 1e-9), "step_time_s": train_seconds / max(step, 1),
         "tokens_seen": tokens_seen, "padding_fraction": pad_frac, "grad_accumulation": accum,
         "averaged_checkpoints": averaged, "stopped_by_time": stopped_by_time,
-        "eval_seconds": time.perf_counter() - t_eval, "device": str(device), "vocab_size": model_cfg.vocab_size})
+        "eval_seconds": time.perf_counter() - t_eval, "device": str(device), "vocab_size": model_cfg.vocab_size,
+        "dev_truncated": data.dev.data.truncated})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
         for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:

@@ -14,8 +14,9 @@ from .transformer import Transformer
 
 
 def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> torch.Tensor:
-    """Per-sentence output limit: source length + max_extra tokens (EOS included)."""
-    return (src != model.cfg.pad_id).sum(1) + max_extra
+    """Per-sentence output limit: source length + max_extra tokens (EOS included), and never more
+    positions than the model has (cfg.max_len)."""
+    return ((src != model.cfg.pad_id).sum(1) + max_extra).clamp(max=model.cfg.max_len)
 
 
 def _next_logits(model: Transformer, tokens: torch.Tensor, memory: torch.Tensor, mask, cache, step: int):

@@ -49,6 +49,12 @@ def test_parallel_data_drops_pairs_longer_than_the_position_table():
     assert len(data) == 1
 
 
+def test_dev_data_longer_than_the_position_table_is_cut_not_dropped():
+    data = ParallelData([[1] * 5, [1] * 50], [[1] * 5, [1] * 30], max_len=20, truncate=True)
+    assert len(data) == 2 and data.truncated == 1
+    assert data.src_lens.tolist() == [6, 20] and data.tgt_lens.tolist() == [6, 20]
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("bpe")

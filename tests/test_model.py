@@ -224,6 +224,13 @@ def test_beam_of_one_without_length_penalty_is_greedy():
         greedy(model, src, 2, 3, max_extra=10)
 
 
+def test_decoding_never_runs_past_the_position_table():
+    model = Transformer(small(max_len=12)).eval()
+    src = torch.randint(4, 40, (2, 10))
+    assert all(len(s) <= 12 for s in greedy(model, src, 2, -1, max_extra=50))
+    assert all(len(s) <= 12 for s in beam_search(model, src, 2, -1, beam_size=2, max_extra=50))
+
+
 def test_beam_search_respects_the_length_limit_and_finds_likelier_outputs():
     torch.manual_seed(1)
     model = Transformer(small()).eval()

@@ -32,8 +32,17 @@ class Batch:
 class ParallelData:
     """An encoded parallel corpus held as flat arrays (cheap for millions of pairs)."""
 
-    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int | None = None):
-        if max_len is not None:   # the longest sequence the model's position table holds, specials included
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], max_len: int | None = None,
+                 truncate: bool = False):
+        """max_len: the longest sequence the model's position table holds, BOS/EOS included. Longer pairs
+        are dropped (training) or cut to fit (truncate=True: dev and test, whose every sentence counts;
+        BLEU still compares the output with the whole reference text)."""
+        self.truncated = 0
+        if max_len is not None and truncate:
+            self.truncated = sum(len(s) >= max_len or len(t) >= max_len for s, t in zip(src_ids, tgt_ids))
+            src_ids = [s[:max_len - 1] for s in src_ids]
+            tgt_ids = [t[:max_len - 1] for t in tgt_ids]
+        elif max_len is not None:
             keep = [i for i in range(len(src_ids)) if len(src_ids[i]) < max_len and len(tgt_ids[i]) < max_len]
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
         self.src_lens = np.array([len(s) for s in src_ids], dtype=np.int64) + 1     # + EOS

@@ -80,9 +80,10 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
     tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe"))
     splits = {}
     for split, (src, tgt) in texts.items():
-        # Training pairs longer than the model's position table are dropped; dev/test are kept whole.
-        data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len if split == "train" else None)
+        # Training pairs longer than the model's position table are dropped; dev/test ones are cut to fit.
+        data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=split != "train")
         splits[split] = Split(src, tgt, data)
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
-            **{f"{s}_pairs": len(splits[s].data) for s in splits}}
+            **{f"{s}_pairs": len(splits[s].data) for s in splits},
+            **{f"{s}_truncated": splits[s].data.truncated for s in ("dev", "test")}}
     return Dataset(tokenizer, splits["train"], splits["dev"], splits["test"], root, info)
