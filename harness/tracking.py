@@ -10,7 +10,6 @@ hardware; params are the resolved configs, flattened (model.d_model, train.steps
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -204,11 +203,6 @@ def study_results(uri: str, study: str, profile: str | None = None) -> dict | No
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
-
-
-def write_json(path: Path, data: dict) -> Path:
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    return path
 
 
 def list_studies(uri: str) -> list[str]:

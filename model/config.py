@@ -8,7 +8,7 @@ Presets are frozen data and are never edited: a test pins paper_base to the pape
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 Positional = Literal["sinusoid", "learned", "rope"]

@@ -7,7 +7,6 @@ norm_position=pre gives x + Dropout(Sublayer(Norm(x))) with one final norm per s
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention

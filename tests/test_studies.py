@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.errors import UserError
 from harness.paper import load_tables
 from harness.studyspec import load_study
 
