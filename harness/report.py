@@ -44,6 +44,7 @@ _PROVENANCE = "**Provenance:**"   # the line the index copies from each report
 def load_results(study: str, uri: str | None = None, profile: str | None = None) -> dict:
     """The latest invocation of `study` as tracking.study_results gives it; a UserError when absent."""
     uri = uri or tracking.tracking_uri()
+    tracking.require_store(uri)
     try:
         results = tracking.study_results(uri, study, profile)
     except UserError:

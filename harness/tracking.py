@@ -205,8 +205,16 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
 
 
+def require_store(uri: str) -> None:
+    """For readers: a local sqlite store that does not exist is an error, not a new empty store."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise UserError(f"there is no MLflow store at {uri[len('sqlite:///'):]}; run a study first "
+                        "(`python -m harness run studies/table3.yaml`) or set MLFLOW_TRACKING_URI.")
+
+
 def list_studies(uri: str) -> list[str]:
     """Names of the experiments that hold at least one study run."""
+    require_store(uri)
     client = MlflowClient(uri)
     names = []
     for exp in client.search_experiments():

@@ -104,3 +104,11 @@ def test_bench_prints_core_and_peer_throughput(capsys):
     for name in ("core", "torch.nn.Transformer"):
         assert report["training"][name]["tgt_tokens_per_s"] > 0
     assert report["training"]["flops_per_step"] > 0
+
+
+def test_report_without_a_store_creates_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code, _, err = run(capsys, "report")
+    assert code == 2 and "no MLflow store" in one_sentence_error(err)
+    assert list(tmp_path.iterdir()) == []
