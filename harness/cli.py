@@ -1,4 +1,4 @@
-"""python -m harness data | train | run | report | bench: the command line. Bad input ends in one sentence and exit 2."""
+"""python -m harness data | train | run | report | probe | bench: the command line. Bad input ends in one sentence and exit 2."""
 
 from __future__ import annotations
 
@@ -72,6 +72,11 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_probe_flops(args) -> int:
+    from .probes.flops import main as flops_main
+    return flops_main(args.preset, args.batch_tokens, args.sentence_len, args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
@@ -119,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
     rep.add_argument("--out", default=Path("reports"), type=Path)
     rep.set_defaults(func=_cmd_report)
+
+    probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
+    probes = probe.add_subparsers(dest="probe_command", required=True)
+    fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
+    fl.add_argument("--preset", default="paper_base")
+    fl.add_argument("--batch-tokens", type=int, default=25_000, help="target (and source) tokens per step")
+    fl.add_argument("--sentence-len", type=int, default=25)
+    fl.add_argument("--json", action="store_true")
+    fl.set_defaults(func=_cmd_probe_flops)
 
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="tiny")

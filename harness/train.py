@@ -293,7 +293,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         "tokens_seen": tokens_seen, "padding_fraction": pad_frac, "grad_accumulation": accum,
         "averaged_checkpoints": averaged, "stopped_by_time": stopped_by_time,
         "eval_seconds": time.perf_counter() - t_eval, "device": str(device), "vocab_size": model_cfg.vocab_size,
-        "dev_truncated": data.dev.data.truncated})
+        "dev_truncated": data.dev.data.truncated, "mean_src_len": float(train_data.src_lens.mean()),
+        "mean_tgt_len": float(train_data.tgt_lens.mean())})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
         for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:

@@ -49,6 +49,13 @@ def run_trial(spec: dict, ctx: dict) -> dict:
         reason = f"{type(err).__name__}: {err}"
         run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
         raise
+    # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
+    # for sentences of the corpus's mean lengths: per target token, and for the whole run.
+    from .probes.flops import count_analytic
+    per_token = count_analytic(model_cfg.replace(vocab_size=metrics["vocab_size"]), 1,
+                               max(1, round(metrics["mean_src_len"])),
+                               max(1, round(metrics["mean_tgt_len"])))["flops_per_target_token"]
+    metrics.update({"flops_per_target_token": per_token, "train_flops": per_token * metrics["tokens_seen"]})
     run.log_final(metrics, metrics["steps"])
     curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")
     run.log_artifacts([out_dir / "config.json", out_dir / "dev_translations.txt", out_dir / "metrics.jsonl",

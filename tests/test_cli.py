@@ -112,3 +112,10 @@ def test_report_without_a_store_creates_nothing(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "report")
     assert code == 2 and "no MLflow store" in one_sentence_error(err)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_flops_prints_three_agreeing_counts(capsys):
+    code, out, _ = run(capsys, "probe", "flops", "--preset", "tiny", "--batch-tokens", "200", "--json")
+    assert code == 0
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["agree"] is True

@@ -73,6 +73,7 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
             data={**trial.data, "train_pairs": 1000, "dev_pairs": 4, "test_pairs": 4, "cache_dir": str(tmp_path)})
         result = run_trial(small.__dict__, ctx)
         assert result["steps"] == 2 and result["dev_ppl"] > 1, trial.key
+        assert result["flops_per_target_token"] > 0 and result["train_flops"] > 0
     runs = tracking.children(parent)
     assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
     assert all(r.info.status == "FINISHED" for r in runs)

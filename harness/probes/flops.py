@@ -1,0 +1,264 @@
+"""FLOPs per training step and per target token, counted three independent ways.
+
+Conventions (label every number with one): a MAC is one multiply-add; FLOPs = 2 x MACs. A training step is
+forward + backward with backward = 2 x forward (gradients w.r.t. activations and w.r.t. weights, one matmul
+each per forward matmul), so step FLOPs = 3 x 2 x forward MACs = 6 x forward MACs.
+
+- fvcore (FlopCountAnalysis): traces a teacher-forced forward + loss with TorchScript, counts ONE per
+  multiply-add and forward only; we register the handle it lacks for aten::scaled_dot_product_attention and
+  then apply the x 6 above.
+- torch (FlopCounterMode): dispatches one real forward + backward, counts TWO per multiply-add and includes
+  backward; SDPA must run on the MATH backend or CPU counts 0 for it.
+- analytic: the formula in `analytic_terms`, derived term by term from model/attention.py and model/layers.py.
+
+Every term is linear in the batch B (no padding, so the model builds logits for all B*T target tokens), so
+counting a few sentences and scaling by B / counted is exact; `count_batch` does that for big batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from typing import Callable
+
+import torch
+from torch import nn
+
+from model import Transformer, TransformerConfig
+from model.config import paper_base
+
+# The issue's reference for paper_base: ~25 k source + ~25 k target tokens per step (§5.1), two FLOPs per MAC.
+PAPER_STEP_REFERENCE_FLOPS = 9.5e12
+TOLERANCE = 0.02
+
+# Ops fvcore meets here that have no handle, and why leaving them at 0 is right for a matmul count: all are
+# elementwise or reductions (O(tokens x d_model) or O(tokens x vocab) each, against O(tokens x d_model^2)
+# for the matmuls), and the torch counter and the analytic formula skip them too.
+ELEMENTWISE_OK = {
+    "aten::add", "aten::mul", "aten::div", "aten::sub", "aten::rsub", "aten::neg", "aten::sum", "aten::mean",
+    "aten::log_softmax", "aten::softmax", "aten::silu", "aten::gelu", "aten::rms_norm", "aten::embedding",
+    "aten::sin", "aten::cos", "aten::stack", "aten::ne", "aten::all", "aten::to", "aten::type_as",
+}
+
+
+# --- analytic -------------------------------------------------------------------------------------------
+
+def analytic_terms(cfg: TransformerConfig, B: int, S: int, T: int) -> dict[str, int]:
+    """Forward MACs of one teacher-forced step, per term. Biases, norms, softmax, activations, positions and
+    the loss are elementwise (no multiply-add against a weight matrix) and left out, as both counters do."""
+    d, h, h_kv, d_k, d_v, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_k, cfg.d_v, cfg.vocab_size
+    src, tgt = B * S, B * T                                    # source and target tokens in the step
+    # Self-attention (attention.py): one fused Linear d -> h d_k (Q) + h_kv d_k (K) + h_kv d_v (V), and the
+    # output Linear h d_v -> d. GQA shrinks only K and V; every query head still scores every key.
+    self_proj = d * (h * d_k + h_kv * d_k + h_kv * d_v) + h * d_v * d
+    # Scores Q K^T: n_q x n_k x d_k per head; weighted sum P V: n_q x n_k x d_v per head. SDPA's kernels
+    # compute the full square for causal self-attention too (neither counter discounts the mask), so the
+    # decoder's T^2 is counted whole, not T(T+1)/2.
+    def attn(n_q: int, n_k: int) -> int:
+        return B * h * n_q * n_k * (d_k + d_v)
+    # FFN (layers.py): W1 d -> d_ff and W2 d_ff -> d; swiglu adds the gate W3 d -> d_ff.
+    ffn = (3 if cfg.ffn == "swiglu" else 2) * d * cfg.d_ff
+    n_enc, n_dec = cfg.n_enc_layers, cfg.n_dec_layers
+    return {
+        "enc_self_proj": n_enc * src * self_proj,
+        "enc_self_attn": n_enc * attn(S, S),
+        "enc_ffn": n_enc * src * ffn,
+        "dec_self_proj": n_dec * tgt * self_proj,
+        "dec_self_attn": n_dec * attn(T, T),
+        # Cross-attention: Q and the output projection run over target tokens, the K/V Linear over the
+        # encoder's output (source tokens); scores and sum are T x S per head.
+        "dec_cross_proj": n_dec * (tgt * (d * h * d_k + h * d_v * d) + src * d * (h_kv * d_k + h_kv * d_v)),
+        "dec_cross_attn": n_dec * attn(T, S),
+        "dec_ffn": n_dec * tgt * ffn,
+        # Logits only for real target tokens (Transformer.loss): with no padding, all B*T of them.
+        "out_proj": tgt * d * V,
+    }
+
+
+def count_analytic(cfg: TransformerConfig, B: int, S: int, T: int) -> dict:
+    terms = analytic_terms(cfg, B, S, T)
+    fwd = sum(terms.values())
+    attention = terms["enc_self_attn"] + terms["dec_self_attn"] + terms["dec_cross_attn"]
+    return _result("analytic", fwd * 6, B, T, forward_macs=fwd, attention_macs=attention, terms=terms,
+                   counts="two FLOPs per multiply-add; backward = 2 x forward")
+
+
+# --- shared helpers -------------------------------------------------------------------------------------
+
+def _result(method: str, step_flops: float, B: int, T: int, **extra) -> dict:
+    return {"method": method, "step_flops": float(step_flops), "flops_per_target_token": step_flops / (B * T),
+            **extra}
+
+
+def _batch(cfg: TransformerConfig, B: int, S: int, T: int) -> tuple[torch.Tensor, ...]:
+    """Random tokens with no pad id anywhere, so no padding mask and logits for all B*T targets."""
+    def tokens(n: int) -> torch.Tensor:
+        x = torch.randint(0, cfg.vocab_size - 1, (B, n))
+        return x + (x >= cfg.pad_id).long()                  # skip pad_id, stay below vocab_size
+    return tokens(S), tokens(T), tokens(T)
+
+
+def _scaled(count: Callable[..., dict], cfg: TransformerConfig, B: int, S: int, T: int,
+            count_batch: int | None, **kwargs) -> dict:
+    """Count on min(B, count_batch) sentences and scale to B: exact, since every term is linear in B."""
+    b = B if count_batch is None else max(1, min(B, count_batch))
+    res = count(cfg, b, S, T, **kwargs)
+    k = B / b
+    for key in ("step_flops", "forward_macs", "forward_flops", "backward_flops", "sdpa_macs", "norm_flops"):
+        if key in res:
+            res[key] *= k
+    res["by_operator"] = {op: n * k for op, n in res.get("by_operator", {}).items()}
+    res["counted_batch"], res["batch"] = b, B
+    return res
+
+
+# --- fvcore ---------------------------------------------------------------------------------------------
+
+def sdpa_flop_jit(inputs: list, outputs: list) -> int:
+    """aten::scaled_dot_product_attention(q, k, v, ...): B*H*N*M*(d_k + d_v) MACs (Q K^T plus P V), with
+    H the query heads (GQA broadcasts K/V heads, it does not skip scores). Full N x M even when causal."""
+    from fvcore.nn.jit_handles import get_shape
+    q, k, v = (get_shape(x) for x in inputs[:3])
+    *batch, n, d_k = q
+    m, d_v = k[-2], v[-1]
+    return math.prod(batch) * n * m * (d_k + d_v)
+
+
+class _TeacherForcedLoss(nn.Module):
+    """fvcore traces positional tensors only: (src, tgt_in, tgt_out) -> the summed training loss."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(src, tgt_in, tgt_out, label_smoothing=0.1)[0]
+
+
+def _fvcore(cfg: TransformerConfig, B: int, S: int, T: int, sdpa_handle: bool = True) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                      # torch.jit FutureWarnings on import, tracer warnings
+        from fvcore.nn import FlopCountAnalysis
+        model = _TeacherForcedLoss(Transformer(cfg)).eval()  # eval: no dropout nodes (0 FLOPs anyway)
+        analysis = FlopCountAnalysis(model, _batch(cfg, B, S, T))
+        analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
+        if sdpa_handle:
+            analysis.set_op_handle("aten::scaled_dot_product_attention", sdpa_flop_jit)
+        total = analysis.total()
+        by_op = dict(analysis.by_operator())
+        unsupported = dict(analysis.unsupported_ops())
+    # fvcore's own layer_norm handle adds a rough 5 "flops" per element: not a multiply-add against weights
+    # and skipped by the other two methods, so it is reported apart and kept out of the MAC count.
+    norm = by_op.get("layer_norm", 0)
+    fwd = total - norm
+    return _result("fvcore", fwd * 6, B, T, forward_macs=fwd, sdpa_macs=by_op.get("scaled_dot_product_attention", 0),
+                   norm_flops=norm, by_operator=by_op, unsupported=unsupported,
+                   significant_unsupported=sorted(set(unsupported) - ELEMENTWISE_OK),
+                   counts="one per multiply-add, forward only; x 2 (FLOPs) x 3 (backward = 2 x forward) here")
+
+
+def count_fvcore(cfg: TransformerConfig, B: int, S: int, T: int, sdpa_handle: bool = True,
+                 count_batch: int | None = None) -> dict:
+    """fvcore's forward MACs of the teacher-forced forward + loss; step FLOPs = 6 x forward MACs.
+    sdpa_handle=False shows what fvcore gives out of the box (attention silently 0)."""
+    return _scaled(_fvcore, cfg, B, S, T, count_batch, sdpa_handle=sdpa_handle)
+
+
+# --- torch.utils.flop_counter ---------------------------------------------------------------------------
+
+def _torch(cfg: TransformerConfig, B: int, S: int, T: int) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    model = Transformer(cfg).train()
+    src, tgt_in, tgt_out = _batch(cfg, B, S, T)
+    fwd_mode, bwd_mode = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    # MATH backend: the CPU fused kernel has no flop formula registered and would count 0.
+    with sdpa_kernel(SDPBackend.MATH):
+        with fwd_mode:
+            loss = model.loss(src, tgt_in, tgt_out, label_smoothing=0.1)[0]
+        with bwd_mode:
+            loss.backward()
+    fwd, bwd = fwd_mode.get_total_flops(), bwd_mode.get_total_flops()
+    by_op: dict[str, float] = {}
+    for mode in (fwd_mode, bwd_mode):
+        for op, n in mode.get_flop_counts().get("Global", {}).items():
+            by_op[str(op)] = by_op.get(str(op), 0) + n
+    return _result("torch", fwd + bwd, B, T, forward_flops=fwd, backward_flops=bwd, by_operator=by_op,
+                   counts="two per multiply-add, one real forward + backward (matmuls only)")
+
+
+def count_torch(cfg: TransformerConfig, B: int, S: int, T: int, count_batch: int | None = None) -> dict:
+    """FlopCounterMode over one real training step (forward + backward), SDPA on the MATH backend."""
+    return _scaled(_torch, cfg, B, S, T, count_batch)
+
+
+# --- comparison -----------------------------------------------------------------------------------------
+
+def compare(cfg: TransformerConfig, B: int, S: int, T: int, count_batch: int | None = None) -> dict:
+    """All three counts, each method's step FLOPs over the analytic, and why they differ when they do."""
+    ana = count_analytic(cfg, B, S, T)
+    fv = count_fvcore(cfg, B, S, T, count_batch=count_batch)
+    tc = count_torch(cfg, B, S, T, count_batch=count_batch)
+    ratios = {m["method"]: m["step_flops"] / ana["step_flops"] for m in (ana, fv, tc)}
+    deviation = max(abs(r - 1) for r in ratios.values())
+    why = []
+    if abs(ratios["fvcore"] - 1) > TOLERANCE:
+        missing = ana["attention_macs"] - fv["sdpa_macs"]
+        if fv["significant_unsupported"]:
+            why.append(f"fvcore has no handle for {', '.join(fv['significant_unsupported'])}")
+        if missing:
+            why.append(f"fvcore's SDPA count misses {missing:.4g} of {ana['attention_macs']:.4g} attention MACs")
+    if abs(ratios["torch"] - 1) > TOLERANCE:
+        back = tc["backward_flops"] / tc["forward_flops"]
+        why.append(f"torch counter: backward/forward = {back:.3f} (the convention assumes 2)"
+                   if abs(back - 2) > TOLERANCE else "torch counter's forward differs from the analytic matmuls")
+    return {"config": cfg.to_dict(), "B": B, "S": S, "T": T, "analytic": ana, "fvcore": fv, "torch": tc,
+            "ratios": ratios, "max_deviation": deviation, "agree": deviation <= TOLERANCE,
+            "why": "; ".join(why) or None,
+            "ignored": "norms, softmax, activations, biases, positions and the loss are elementwise: "
+                       "no method counts them (fvcore's rough layer_norm estimate is reported apart)"}
+
+
+def paper_step(cfg: TransformerConfig = paper_base, B: int = 1000, S: int = 25, T: int = 25) -> dict:
+    """The analytic count for the paper's step (§5.1: ~25 k source + ~25 k target tokens), against the
+    issue's reference of ~9.5e12 FLOPs (two per multiply-add)."""
+    res = count_analytic(cfg, B, S, T)
+    res["reference_flops"] = PAPER_STEP_REFERENCE_FLOPS
+    res["deviation"] = res["step_flops"] / PAPER_STEP_REFERENCE_FLOPS - 1
+    return res
+
+
+# --- command line ---------------------------------------------------------------------------------------
+
+COUNT_BATCH = 4     # sentences actually run through fvcore / FlopCounterMode; scaled linearly to the step
+
+
+def main(preset: str = "paper_base", batch_tokens: int = 25000, sentence_len: int = 25,
+         as_json: bool = False) -> int:
+    from model import ConfigError, get_preset
+
+    from ..errors import UserError
+    try:
+        cfg = get_preset(preset)
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    if batch_tokens < 1 or sentence_len < 1:
+        raise UserError(f"batch_tokens and sentence_len must be positive, got {batch_tokens} and {sentence_len}.")
+    B, S = max(1, batch_tokens // sentence_len), sentence_len
+    res = compare(cfg, B, S, S, count_batch=COUNT_BATCH)
+    if as_json:
+        print(json.dumps({k: v for k, v in res.items() if k != "config"} | {"preset": preset}, default=str))
+        return 0
+    print(f"{preset}: B={B} sentences x S=T={S} tokens ({B * S:,} source + {B * S:,} target tokens), "
+          f"vocab {cfg.vocab_size}; FLOPs = 2 x multiply-adds, step = forward + backward")
+    print(f"{'method':<9} {'FLOPs/step':>11} {'FLOPs/target tok':>17} {'/analytic':>10}  how it counts")
+    for m in ("analytic", "fvcore", "torch"):
+        r = res[m]
+        print(f"{m:<9} {r['step_flops']:>11.4g} {r['flops_per_target_token']:>17.4g} {res['ratios'][m]:>10.4f}"
+              f"  {r['counts']}")
+    if res["fvcore"]["counted_batch"] < B:
+        print(f"fvcore and torch counted {res['fvcore']['counted_batch']} sentences and scaled by B "
+              "(exact: every term is linear in B).")
+    print("agree within 2 %" if res["agree"] else f"disagree by {res['max_deviation']:.1%}: {res['why']}")
+    return 0
