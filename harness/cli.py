@@ -77,6 +77,11 @@ def _cmd_probe_flops(args) -> int:
     return flops_main(args.preset, args.batch_tokens, args.sentence_len, args.json)
 
 
+def _cmd_probe_evalb(args) -> int:
+    from .probes.evalb import main as evalb_main
+    return evalb_main(args.gold, args.test, args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
@@ -133,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--sentence-len", type=int, default=25)
     fl.add_argument("--json", action="store_true")
     fl.set_defaults(func=_cmd_probe_flops)
+
+    ev = probes.add_parser("evalb", help="score bracketed trees as EVALB does with COLLINS.prm")
+    ev.add_argument("gold", type=Path, help="gold trees: one a line, or Penn Treebank .mrg")
+    ev.add_argument("test", type=Path, help="test trees, one a line")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=_cmd_probe_evalb)
 
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="tiny")

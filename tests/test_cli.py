@@ -119,3 +119,14 @@ def test_probe_flops_prints_three_agreeing_counts(capsys):
     assert code == 0
     report = json.loads(out.strip().splitlines()[-1])
     assert report["agree"] is True
+
+
+def test_probe_evalb_scores_two_files(capsys, tmp_path):
+    gold, test = tmp_path / "gold.txt", tmp_path / "test.txt"
+    gold.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ runs)) (. .))\n(S (NP (NNS dogs)) (VP (VBP bark)))\n")
+    test.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ runs)) (. .))\n(S (VP (NNS dogs) (VBP bark)))\n")
+    code, out, _ = run(capsys, "probe", "evalb", str(gold), str(test), "--json")
+    assert code == 0
+    summary = json.loads(out)["summary"]["all"]
+    # gold: S NP VP + S NP VP = 6 brackets (the period is deleted); test: 3 + S VP = 5; matched 3 + S = 4.
+    assert summary["recall"] == pytest.approx(100 * 4 / 6) and summary["precision"] == pytest.approx(100 * 4 / 5)
