@@ -82,6 +82,13 @@ def _cmd_probe_evalb(args) -> int:
     return evalb_main(args.gold, args.test, args.json)
 
 
+def _cmd_probe_scaling(args) -> int:
+    from .probes.scaling import main as scaling_main
+    from .train import resolve_device
+    device = resolve_device(args.device)        # refuses unknown names and CUDA without a GPU
+    return scaling_main(args.json, args.quick, str(device))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
@@ -138,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--sentence-len", type=int, default=25)
     fl.add_argument("--json", action="store_true")
     fl.set_defaults(func=_cmd_probe_flops)
+
+    sc = probes.add_parser("scaling", help="Table 1 measured: time, memory, sequential ops and path length")
+    sc.add_argument("--quick", action="store_true", help="a small grid (about 20 s on a CPU)")
+    sc.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=_cmd_probe_scaling)
 
     ev = probes.add_parser("evalb", help="score bracketed trees as EVALB does with COLLINS.prm")
     ev.add_argument("gold", type=Path, help="gold trees: one a line, or Penn Treebank .mrg")

@@ -35,6 +35,9 @@ def one_sentence_error(err: str) -> str:
     (["data", "prepare", "wmt15", "--from", "{tmp}", "--out", "{tmp}/w"], "unknown corpus"),
     (["bench", "--preset", "huge"], "unknown preset"),
     (["bench", "--dtype", "fp8"], "--dtype"),
+    (["probe", "scaling", "--device", "tpu"], "not a torch device"),
+    (["probe", "flops", "--preset", "paper_huge"], "preset"),
+    (["probe", "evalb", "{tmp}/gold.txt", "{tmp}/test.txt"], "gold.txt"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(capsys, tmp_path, argv, needle):
     code, _, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
