@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.paper import load_tables
+
 # ---------------------------------------------------------------- layers
 
 
@@ -144,17 +146,21 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16, heads: int = 1, in
 TIMED = ("sdpa", "plain", "restricted", "rnn_loop", "rnn_torch", "conv", "conv_separable")
 PATH_KINDS = ("sdpa", "rnn_loop", "conv", "conv_dilated", "restricted")
 
-# Paper's Table 1 (+ §4 for separable/dilated); exponents are the asymptotic powers of n and d.
-PAPER = {
-    "sdpa":           {"row": "Self-Attention", "complexity": "O(n^2 d)", "exp_n": 2, "exp_d": 1, "seq": "O(1)", "path": "O(1)"},
-    "plain":          {"row": "Self-Attention", "complexity": "O(n^2 d)", "exp_n": 2, "exp_d": 1, "seq": "O(1)", "path": "O(1)"},
-    "rnn_loop":       {"row": "Recurrent", "complexity": "O(n d^2)", "exp_n": 1, "exp_d": 2, "seq": "O(n)", "path": "O(n)"},
-    "rnn_torch":      {"row": "Recurrent", "complexity": "O(n d^2)", "exp_n": 1, "exp_d": 2, "seq": "O(n)", "path": "O(n)"},
-    "conv":           {"row": "Convolutional", "complexity": "O(k n d^2)", "exp_n": 1, "exp_d": 2, "seq": "O(1)", "path": "O(n/k)"},
-    "conv_dilated":   {"row": "Convolutional", "complexity": "O(k n d^2)", "exp_n": 1, "exp_d": 2, "seq": "O(1)", "path": "O(log_k(n))"},
-    "conv_separable": {"row": "Convolutional (separable)", "complexity": "O(k n d + n d^2)", "exp_n": 1, "exp_d": 2, "seq": "O(1)", "path": "O(n/k)"},
-    "restricted":     {"row": "Self-Attention (restricted)", "complexity": "O(r n d)", "exp_n": 1, "exp_d": 1, "seq": "O(1)", "path": "O(n/r)"},
-}
+# Paper's Table 1 (+ the §4 text for separable and contiguous convolutions), read from harness/paper/tables.yaml.
+_PAPER_ROW = {"sdpa": "Self-Attention", "plain": "Self-Attention", "rnn_loop": "Recurrent",
+              "rnn_torch": "Recurrent", "conv": "Convolutional (contiguous)", "conv_dilated": "Convolutional",
+              "conv_separable": "Convolutional (separable)", "restricted": "Self-Attention (restricted)"}
+
+
+def _paper_columns() -> dict:
+    t1 = load_tables()["table1"]
+    rows = {**t1["rows"], **t1["text"]}
+    return {kind: {"row": name, "complexity": rows[name]["complexity"], "exp_n": rows[name]["exp_n"],
+                   "exp_d": rows[name]["exp_d"], "seq": rows[name]["sequential"], "path": rows[name]["path"]}
+            for kind, name in _PAPER_ROW.items()}
+
+
+PAPER = _paper_columns()
 
 # ---------------------------------------------------------------- instrumentation
 
@@ -444,7 +450,7 @@ def table1_rows(result: dict) -> list[dict]:
     if "conv_dilated" in paths:
         pl = paths["conv_dilated"]
         out.append({"layer": "conv_dilated", "row": "Convolutional (dilated)",
-                        "paper_complexity": PAPER["conv_dilated"]["complexity"], "paper_path": "O(log_k(n))",
+                        "paper_complexity": PAPER["conv_dilated"]["complexity"], "paper_path": PAPER["conv_dilated"]["path"],
                         "path_formula": pl["formula"], "path_measured": pl["measured"], "path_n": pl["n"]})
     return out
 
