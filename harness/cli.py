@@ -89,6 +89,11 @@ def _cmd_probe_scaling(args) -> int:
     return scaling_main(args.json, args.quick, str(device))
 
 
+def _cmd_probe_cost(args) -> int:
+    from .probes.cost import main as cost_main
+    return cost_main(args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
@@ -151,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--device", default="auto", help="auto | cpu | cuda")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=_cmd_probe_scaling)
+
+    co = probes.add_parser("cost", help="Table 2's training cost: the paper's method against counted FLOPs")
+    co.add_argument("--json", action="store_true")
+    co.set_defaults(func=_cmd_probe_cost)
 
     ev = probes.add_parser("evalb", help="score bracketed trees as EVALB does with COLLINS.prm")
     ev.add_argument("gold", type=Path, help="gold trees: one a line, or Penn Treebank .mrg")
