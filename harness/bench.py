@@ -1,8 +1,8 @@
 """`python -m harness bench`: training-step and decoding speed of the core, beside torch.nn.Transformer with
 the same shapes, batch and optimizer, in one run. Figures are medians over repeats after warm-up.
 
-FLOPs are counted, not assumed: torch.utils.flop_counter over one real training step (forward + backward,
-two FLOPs per multiply-add), with SDPA routed to its math kernel while counting so that attention is seen.
+FLOPs are counted, not assumed: the analytic count of harness/probes/flops.py (two per multiply-add,
+backward = 2 x forward), which fvcore and torch.utils.flop_counter reproduce exactly (tests/test_flops.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from model import ConfigError, Transformer, TransformerConfig, beam_search, get_
 from model.layers import sinusoid_table
 
 from .errors import UserError
+from .probes.flops import count_analytic
 from .train import resolve_device
 
 PAD, BOS, EOS = 0, 2, 3
@@ -79,23 +80,12 @@ def matmul_peak(device, dtype) -> float:
     return 2 * n ** 3 / statistics.median(times) / 1e12
 
 
-def counted_step_flops(model, batch, label_smoothing) -> int:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
-    counter = FlopCounterMode(display=False)
-    with counter, sdpa_kernel(SDPBackend.MATH):
-        loss = model.loss(*batch, label_smoothing)
-        loss = loss[0] if isinstance(loss, tuple) else loss
-        loss.backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
-
-
 def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool) -> dict:
     n_tgt = int((batch[2] != PAD).sum())
     entrants = {"core": Transformer(cfg), "torch.nn.Transformer": TorchTransformerPeer(cfg)}
     steps = {}
-    flops = counted_step_flops(entrants["core"].to(device), batch, 0.1)
+    # The analytic count (harness/probes/flops.py), which fvcore and torch's FlopCounterMode match exactly.
+    flops = count_analytic(cfg, batch[0].size(0), batch[0].size(1), batch[1].size(1))["step_flops"]
     for name, model in entrants.items():
         model.to(device).train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
