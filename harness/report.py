@@ -153,6 +153,7 @@ def _atomic_write(path: Path, data: str | bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, 0o644)                   # mkstemp makes 0600; reports are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
