@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .data.corpus import DataConfig, load_dataset
+from .data.corpus import DataConfig, prepare_data
 from .errors import UserError
 from .studyspec import Study, Trial, load_study
 from .tracking import StudyTracking, tracking_uri
@@ -41,14 +41,23 @@ def hardware() -> str:
     return f"{platform.machine()} {os.cpu_count()} CPU cores{gpu}, torch {torch.__version__}"
 
 
-def estimated_flops(trial: Trial) -> tuple[int, float]:
-    """(parameters, training FLOPs ~ 6 x params x tokens per step x steps): a dry-run estimate; attention's
-    n^2 term and padding are left out. Parameters are counted on the meta device (no memory)."""
-    from model import Transformer, count_parameters
+ASSUMED_SENTENCE_LEN = 25   # for estimates made before the data is read (WMT14 EN-DE averages about 25 subwords)
+
+
+def estimated_flops(trial: Trial) -> float:
+    """Training FLOPs of a trial before it runs: the analytic count of harness/probes/flops.py per target
+    token, for sentences of ASSUMED_SENTENCE_LEN, x tokens per step x steps (padding left out)."""
+    from .probes.flops import count_analytic
     model_cfg, train_cfg, _ = trial.configs()
+    n = ASSUMED_SENTENCE_LEN
+    return count_analytic(model_cfg, 1, n, n)["flops_per_target_token"] * train_cfg.batch_tokens * train_cfg.steps
+
+
+def parameter_count(trial: Trial) -> int:
+    """Counted on the meta device: no memory, even for paper_big."""
+    from model import Transformer, count_parameters
     with torch.device("meta"):
-        n = count_parameters(Transformer(model_cfg))
-    return n, 6.0 * n * train_cfg.batch_tokens * train_cfg.steps
+        return count_parameters(Transformer(trial.configs()[0]))
 
 
 def _check_requirements(study: Study) -> None:
@@ -68,13 +77,14 @@ def _print_trials(study: Study) -> None:
     print(head)
     total = 0.0
     for t in study.trials:
-        n, flops = estimated_flops(t)
+        n, flops = parameter_count(t), estimated_flops(t)
         total += flops
         m = t.model
         print(f"{t.key:<10}{t.config_hash:<14}{m['n_layers']:>3}{m['d_model']:>8}{m['d_ff']:>6}{m['n_heads']:>4}"
               f"{m['d_k']:>5}{m['d_v']:>5}{m['p_drop']:>7}{t.train['label_smoothing']:>7}{t.train['steps']:>8}"
               f"{n / 1e6:>9.2f}M{flops:>12.2e}")
-    print(f"estimated training cost: {total:.2e} FLOPs (6 x params x tokens; data: {study.trials[0].data['name']})")
+    print(f"estimated training cost: {total:.2e} FLOPs (analytic count, sentences of {ASSUMED_SENTENCE_LEN} "
+          f"tokens; data: {study.trials[0].data['name']})")
 
 
 def _trainable(config: dict) -> None:
@@ -161,10 +171,10 @@ def run_study(args) -> int:
     elif args.resume:
         print(f"{study.path}: no earlier invocation of profile {study.profile} found; starting afresh.")
 
-    # Data first (generated corpus, BPE), once in the driver: trials then only read the caches.
-    for data_cfg in {DataConfig(**t.data) for t in todo}:
-        model_cfg = todo[0].configs()[0]
-        load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
+    # Data first (generated corpus, BPE model per vocabulary size), once in the driver: trials then only
+    # read the caches instead of racing to write them.
+    for data_cfg, vocab_size in {(DataConfig(**t.data), t.model["vocab_size"]) for t in todo}:
+        prepare_data(data_cfg, vocab_size)
 
     t_start = time.perf_counter()
     sha, dirty = git_state()
@@ -188,7 +198,7 @@ def run_study(args) -> int:
 
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
-    todo = sorted(todo, key=lambda t: -estimated_flops(t)[1])
+    todo = sorted(todo, key=lambda t: -estimated_flops(t))
     results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
         "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
         "cwd": str(Path.cwd()), "tags": tags}, args)

@@ -72,12 +72,22 @@ def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
                     "it needs train, dev and test files with one sentence a line.")
 
 
-def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -> Dataset:
+def _checked_texts_and_tokenizer(cfg: DataConfig, vocab_size: int):
     root = corpus_dir(cfg)
     paths = {split: _split_paths(root, split) for split in ("train", "dev", "test")}
     # Read (and so check: UTF-8, equal line counts, not empty) every file before any work is done.
     texts = {split: read_parallel(*paths[split]) for split in paths}
     tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe"))
+    return root, texts, tokenizer
+
+
+def prepare_data(cfg: DataConfig, vocab_size: int) -> None:
+    """Generate (synth), check and train the BPE model once, so that parallel trials only read caches."""
+    _checked_texts_and_tokenizer(cfg, vocab_size)
+
+
+def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -> Dataset:
+    root, texts, tokenizer = _checked_texts_and_tokenizer(cfg, vocab_size)
     splits = {}
     for split, (src, tgt) in texts.items():
         # Training pairs longer than the model's position table are dropped; dev/test ones are cut to fit.
