@@ -269,7 +269,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
                 (train_cfg.checkpoint_minutes and now - last_ckpt_time >= train_cfg.checkpoint_minutes * 60):
             checkpoint()
             last_ckpt_time = now
-    if not list_checkpoints(ckpt_dir) or list_checkpoints(ckpt_dir)[-1].name != f"step_{step:08d}.pt":
+    if not (ckpt_dir / f"step_{step:08d}.pt").exists():     # the final state, unless just written
         checkpoint()
 
     history.close()

@@ -30,9 +30,13 @@ class KVCache:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Beam search: keep the rows of the surviving beams (index into the batch dimension)."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self.k is None:
+            return
+        # Only the filled positions move (a self-attention buffer is written up to `length`; a cross-attention
+        # cache has length 0 and is used whole).
+        n = self.length or self.k.size(2)
+        self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
+        self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
