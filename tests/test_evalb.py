@@ -4,6 +4,8 @@ Brackets are written label[start,end) over the words left after deleting -NONE- 
 """
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -187,6 +189,73 @@ def test_score_file_reads_mrg_gold_and_checks_line_counts(tmp_path, capsys):
     gold.write_text("(S (NP the dog))\n")
     with pytest.raises(UserError, match=r"gold.mrg:1: cannot read the gold tree"):
         score_file(gold, test)
+
+
+# ---- against the real EVALB (tests/fixtures/evalb/README.md says how its output was made) ----
+
+FIXTURE = Path(__file__).parent / "fixtures" / "evalb"
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+                  r"\s+(\d+)\s+(\d+)\s+(\d+\.\d\d)$")
+_SUMMARY_KEYS = {"Number of sentence": "sentences", "Number of Error sentence": "error_sentences",
+                 "Number of Skip  sentence": "skip_sentences", "Number of Valid sentence": "valid_sentences",
+                 "Bracketing Recall": "recall", "Bracketing Precision": "precision",
+                 "Bracketing FMeasure": "fmeasure", "Complete match": "complete_match",
+                 "Average crossing": "average_crossing", "No crossing": "no_crossing",
+                 "2 or less crossing": "two_or_less_crossing", "Tagging accuracy": "tagging_accuracy"}
+
+
+def _parse_evalb_output(text):
+    """Per-sentence rows, the totals line and the summary blocks of evalb's stdout."""
+    lines = text.splitlines()
+    bars = [i for i, line in enumerate(lines) if line == "=" * 76]
+    rows = [_ROW.match(line).groups() for line in lines[bars[0] + 1:bars[1]]]
+    totals = lines[bars[1] + 1].split()
+    blocks, block = {}, None
+    for line in lines[bars[1] + 2:]:
+        if line.startswith("-- "):
+            block = blocks.setdefault(line.strip("- "), {})
+        elif "=" in line and block is not None:
+            name, value = line.split("=")
+            block[_SUMMARY_KEYS[name.strip()]] = value.strip()
+    return rows, totals, blocks
+
+
+def test_matches_real_evalb_on_fixture():
+    gold, test = FIXTURE / "gold.txt", FIXTURE / "test.txt"
+    raw = (FIXTURE / "evalb_output.txt").read_text()
+    rows, totals, blocks = _parse_evalb_output(raw)
+    res = score_file(gold, test)
+    assert res == score_trees(gold.read_text().split("\n")[:-1], test.read_text().split("\n")[:-1])
+    assert len(rows) == len(res["sentences"]) == 71
+    for row, s in zip(rows, res["sentences"]):
+        ours = (s["id"], s["length"], s["status"], f"{s['recall']:.2f}", f"{s['precision']:.2f}", s["matched"],
+                s["gold_brackets"], s["test_brackets"], s["crossing"], s["words"], s["correct_tags"],
+                f"{s['tag_accuracy']:.2f}")
+        assert tuple(str(v) for v in ours) == row, f"sentence {s['id']}"
+    a = res["summary"]["all"]
+    assert totals == [f"{a['recall']:.2f}", f"{a['precision']:.2f}", str(a["matched"]), str(a["gold_brackets"]),
+                      str(a["test_brackets"]), str(a["crossing"]), str(a["words"]), str(a["correct_tags"]),
+                      f"{a['tagging_accuracy']:.2f}"]
+    assert set(blocks) == {"All", "len<=40"}
+    for title, key in (("All", "all"), ("len<=40", "len<=40")):
+        ours = {k: str(v) if isinstance(v, int) else f"{v:.2f}" for k, v in res["summary"][key].items()
+                if k in _SUMMARY_KEYS.values()}
+        assert ours == blocks[title], title
+    # The fixture covers what it claims: errors, skips, a sentence over 40 words, >2 crossings, a forest.
+    assert (blocks["All"]["error_sentences"], blocks["All"]["skip_sentences"]) == ("6", "2")
+    assert blocks["len<=40"]["sentences"] == "69" and max(s["crossing"] for s in res["sentences"]) == 4
+    assert format_summary(res) == raw
+
+
+def test_lines_split_like_fgets(tmp_path):
+    # evalb.c reads lines with fgets and takes \f, \v and \r for spaces; Python's splitlines() would cut
+    # this test file into 4 lines. Real EVALB: both sentences 3/3/3 matched, 0 crossing, 3/3 tags.
+    gold, test = tmp_path / "gold.txt", tmp_path / "test.txt"
+    gold.write_text("(S (NP (DT a) (NN b)) (VP (VBZ c)))\n" * 2)
+    test.write_bytes(b"(S (NP (DT a)\f(NN b)) (VP\v(VBZ c)))\n(S (NP (DT a) (NN b)) (VP (VBZ c)))\r\n")
+    res = score_file(gold, test)
+    assert [(s["status"], s["matched"], s["test_brackets"], s["correct_tags"]) for s in res["sentences"]] == \
+        [(0, 3, 3, 3)] * 2
 
 
 # ---- trees.py ----

@@ -1,9 +1,13 @@
 """Bracketing F1 exactly as EVALB (Sekine & Collins, evalb.c) computes it with COLLINS.prm.
 
 What evalb.c does, and this module reproduces:
-  * Reading: "(X w)" is a preterminal. A preterminal whose label is in DELETE_LABEL (exact string
-    compare: -NONE-, and the punctuation tags , : `` '' .) is dropped with its word before anything else,
-    so spans count only the remaining words. Every other bracket spans the remaining words under it.
+  * Reading (read_line): files are split into lines at "\\n" only (fgets), and \\r \\f \\v are spaces.
+    "(X w)" is a terminal, and so is "(X )" (a terminal with an empty word), while "(X)" is an empty
+    bracket. Several trees on one line are read as one forest. A terminal whose label is in DELETE_LABEL
+    (exact string compare: -NONE-, and the punctuation tags , : `` '' .) is dropped with its word before
+    anything else, so spans count only the remaining words. Every other bracket spans the remaining words
+    under it; one left open keeps the end -1 (so it matches and crosses nothing) and makes the line an Error
+    ("too many open bracket") that evalb.c still scores and prints, but leaves out of the totals.
   * Length ("Len." and the len<=40 split) is counted on the GOLD tree and drops only
     DELETE_LABEL_FOR_LENGTH (-NONE-): punctuation still counts towards the 40.
   * Status per sentence, checked in this order: test has no (remaining) word -> Skip; word counts differ
@@ -19,11 +23,14 @@ What evalb.c does, and this module reproduces:
   * Tagging: POS of each remaining test word equals the gold one.
   * Complete match: gold brackets == test brackets == matched (so a sentence with no brackets matches).
 Deliberate differences, all on inputs where evalb.c misbehaves:
-  * evalb.c exits after MAX_ERROR (10) errors without a summary; we keep scoring and report them all.
+  * evalb.c exits without a summary at its 12th error message (MAX_ERROR 10); we score and report all.
   * evalb.c prints nan for F when P + R = 0; we report 0.
-  * A test line we cannot read counts as Error, or as Skip when it has no "(TAG word)" at all (evalb.c
-    checks "no words" first). evalb.c may loop, abort or read out of bounds on such lines.
-  * A malformed GOLD tree raises UserError: the reference must be readable.
+  * A test line evalb.c cannot read (a word beside another word or outside "(X w)", a ')' with nothing
+    open) counts as Error, or as Skip when it has no "(TAG word)" at all (evalb.c checks "no words" first),
+    with a zero row. evalb.c loops on such lines until MAX_ERROR, or reads out of bounds.
+  * A GOLD line with any reading error raises UserError (evalb.c counts an Error sentence): the reference
+    must be readable. So do test and gold files of different lengths (evalb.c scores the common part).
+Checked against the real evalb.c on tests/fixtures/evalb (71 sentences, every row and summary figure).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.probes.trees import Tree, parse_tree, read_tree_texts
+from harness.probes.trees import read_lines, read_tree_texts
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_FOR_LENGTH = frozenset({"-NONE-"})
@@ -45,50 +52,90 @@ CUTOFF_LEN = 40
 # Error() sets 1 and counts it as an error, an empty test sets 2 and counts it as a skip.
 OK, ERROR, SKIP = 0, 1, 2
 _TERMINAL = re.compile(r"\(([^\s()]+)\s+[^\s()]+\)")
+_C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale, which evalb.c runs in
 
 
 def _canon(label: str) -> str:
     return EQ_LABELS.get(label, label)
 
 
-def _extract(tree: Tree | None) -> tuple[list[tuple[str, str]], list[tuple[int, int, str]], int]:
-    """(remaining (word, tag) terminals, kept (start, end, label) brackets, EVALB length)."""
+def _is_terminator(c: str) -> bool:
+    return c in _C_SPACE or c in "()"
+
+
+class _Unreadable(Exception):
+    """A line evalb.c cannot read at all (it loops on it until MAX_ERROR and exits, or reads out of bounds)."""
+
+
+def _read_line(text: str) -> tuple[list[tuple[str, str]], list[tuple[int, int, str]], int, str | None]:
+    """evalb.c's read_line() plus massage_data(), character by character.
+
+    Returns (kept (word, tag) terminals, kept (start, end, label) brackets, EVALB length, error or None).
+    As in evalb.c: "(X w)" is a terminal and so is "(X )" (a terminal with an empty word), while "(X)" is
+    an empty bracket; several trees on one line are read as one forest; a bracket left open keeps end -1
+    (it then matches and crosses nothing) and the line gets the error "too many open bracket".
+    Raises _Unreadable where evalb.c gives up: a word that is not alone in "(X w)" or stands outside any
+    "(X w)", and a ')' with nothing open.
+    """
     terms: list[tuple[str, str]] = []
-    brackets: list[tuple[int, int, str]] = []
+    raw: list[list] = []  # [start, end, label], in opening order as evalb.c numbers them
+    stack: list[int] = []
     length = 0
-
-    def walk(node: Tree) -> None:
-        nonlocal length
-        if node.is_preterminal():
-            length += node.label not in DELETE_FOR_LENGTH
-            if node.label not in DELETE_LABELS:
-                terms.append((node.children[0], node.label))
-            return
-        start = len(terms)
-        for child in node.children:
-            walk(child)
-        label = re.split(r"[-=]", node.label, maxsplit=1)[0]
-        if len(terms) > start and label not in DELETE_LABELS:
-            brackets.append((start, len(terms), _canon(label)))
-
-    if tree is not None:
-        walk(tree)
-    return terms, brackets, length
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in _C_SPACE:
+            i += 1
+        elif c == "(":
+            j = i + 1
+            while j < n and not _is_terminator(text[j]):
+                j += 1
+            label = text[i + 1:j]
+            if j < n and text[j] in _C_SPACE:
+                q = j
+                while q < n and text[q] in _C_SPACE:
+                    q += 1
+                k = q
+                while k < n and not _is_terminator(text[k]):
+                    k += 1
+                if k < n and text[k] == ")":  # a terminal, possibly with an empty word: "(X )"
+                    length += label not in DELETE_FOR_LENGTH
+                    if label not in DELETE_LABELS:
+                        terms.append((text[q:k], label))
+                    i = k + 1
+                    continue
+                if k > q or k == n:
+                    raise _Unreadable("More than two elements in a bracket")
+            raw.append([len(terms), -1, label])
+            stack.append(len(raw) - 1)
+            i = j
+        elif c == ")":
+            if not stack:
+                raise _Unreadable("Bracketing unbalance (too many close bracket)")
+            raw[stack.pop()][1] = len(terms)
+            i += 1
+        else:
+            raise _Unreadable("Reading sentence")
+    brackets = []
+    for start, end, label in raw:
+        label = re.split(r"[-=]", label, maxsplit=1)[0]
+        if start != end and label not in DELETE_LABELS:  # an empty span ("zero element") is deleted
+            brackets.append((start, end, _canon(label)))
+    return terms, brackets, length, "Bracketing is unbalanced (too many open bracket)" if stack else None
 
 
 def _crosses(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
     return a[0] < b[0] < a[1] < b[1] or b[0] < a[0] < b[1] < a[1]
 
 
-def _score_sentence(n: int, gold: Tree | None, test_text: str) -> dict:
-    g_terms, g_br, length = _extract(gold)
+def _score_sentence(n: int, gold: tuple, test_text: str) -> dict:
+    g_terms, g_br, length = gold
     sent = {"id": n, "length": length, "status": OK, "recall": 0.0, "precision": 0.0, "matched": 0,
             "gold_brackets": 0, "test_brackets": 0, "crossing": 0, "words": 0, "correct_tags": 0,
             "tag_accuracy": 0.0, "error": None}
     try:
-        test = parse_tree(test_text) if test_text.strip() else None
-        t_terms, t_br, _ = _extract(test)
-    except ValueError as exc:
+        t_terms, t_br, _, read_error = _read_line(test_text)
+    except _Unreadable as exc:
         # evalb.c tests "no words" before anything else, so an unreadable line without words is a Skip.
         has_words = any(m.group(1) not in DELETE_LABELS for m in _TERMINAL.finditer(test_text))
         return {**sent, "status": ERROR if has_words else SKIP, "error": f"Reading test tree: {exc}"}
@@ -102,7 +149,10 @@ def _score_sentence(n: int, gold: Tree | None, test_text: str) -> dict:
     matched = sum((Counter(g_br) & Counter(t_br)).values())
     crossing = sum(any(_crosses(g, t) for g in g_br) for t in t_br)
     correct = sum(_canon(gt) == _canon(tt) for (_, gt), (_, tt) in zip(g_terms, t_terms))
-    return {**sent, "recall": 100.0 * matched / len(g_br) if g_br else 0.0,
+    # An unbalanced but otherwise readable line is still scored and printed, as evalb.c does, but it is
+    # an Error sentence, so it adds nothing to the totals.
+    return {**sent, "status": ERROR if read_error else OK, "error": read_error,
+            "recall": 100.0 * matched / len(g_br) if g_br else 0.0,
             "precision": 100.0 * matched / len(t_br) if t_br else 0.0, "matched": matched,
             "gold_brackets": len(g_br), "test_brackets": len(t_br), "crossing": crossing,
             "words": len(g_terms), "correct_tags": correct, "tag_accuracy": 100.0 * correct / len(g_terms)}
@@ -138,11 +188,13 @@ def _score(gold: list[tuple[str, str]], test: list[str]) -> dict:
     sents = []
     for n, ((where, g_text), t_text) in enumerate(zip(gold, test), 1):
         try:
-            g_tree = parse_tree(g_text) if g_text.strip() else None
-        except ValueError as exc:
-            raise UserError(f"{where}: cannot read the gold tree ({exc}); expected one bracketed tree "
+            g_terms, g_br, length, error = _read_line(g_text)
+        except _Unreadable as exc:
+            error = str(exc)
+        if error:  # evalb.c would count an Error sentence; a reference we cannot read is the user's to fix
+            raise UserError(f"{where}: cannot read the gold tree ({error}); expected one bracketed tree "
                             "such as (S (NP (DT the) (NN dog)) (VP (VBZ runs))).")
-        sents.append(_score_sentence(n, g_tree, t_text))
+        sents.append(_score_sentence(n, (g_terms, g_br, length), t_text))
     return {"cutoff_len": CUTOFF_LEN,
             "summary": {"all": _summarize(sents),
                         f"len<={CUTOFF_LEN}": _summarize([s for s in sents if s["length"] <= CUTOFF_LEN])},
@@ -161,7 +213,7 @@ def score_file(gold_path: str | Path, test_path: str | Path) -> dict:
     """Gold: one tree per line or PTB .mrg style. Test: one tree per line, as EVALB reads it."""
     gold = read_tree_texts(gold_path)
     try:
-        test = Path(test_path).read_text(encoding="utf-8").splitlines()
+        test = read_lines(test_path)
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"Cannot read test file {test_path} ({exc}); give a UTF-8 file with one tree per line.")
     if len(gold) != len(test):

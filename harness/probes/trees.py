@@ -81,6 +81,15 @@ def parse_tree(text: str) -> Tree:
     return root
 
 
+def read_lines(path: str | Path) -> list[str]:
+    """A file's lines as C's fgets (and so EVALB) sees them: split at "\\n" only, not decoded with universal
+    newlines, so a "\\r" (of "\\r\\n"), "\\f" or "\\v" stays inside its line, where tree readers take it as a space."""
+    lines = Path(path).read_bytes().decode("utf-8").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def read_tree_texts(path: str | Path) -> list[tuple[int, str]]:
     """(first line number, text) of each tree in a file.
 
@@ -90,7 +99,7 @@ def read_tree_texts(path: str | Path) -> list[tuple[int, str]]:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_lines(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"Cannot read tree file {path} ({exc}); give a readable UTF-8 file of bracketed trees.")
     if all(line.count("(") == line.count(")") for line in lines):
