@@ -57,6 +57,12 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
         subset = ParallelData(split.data.src_ids[:n], split.data.tgt_ids[:n])
         hyps = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens, autocast)
         refs, srcs = split.tgt_text[:n], split.src_text[:n]
+        if split.trees is not None:       # parsing (Table 4): bracketing F1 as EVALB computes it
+            from .probes.parsing import parse_scores
+            scores, trees = parse_scores(hyps, srcs, split.trees[:n])
+            metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+            metrics[f"{prefix}_parsed_sentences"] = n
+            return metrics, trees
         score, signature = sacre_bleu(hyps, refs)
         metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs),
                         f"{prefix}_bleu_copy_source": copy_baseline_bleu(srcs, refs)[0],

@@ -4,7 +4,9 @@ Reads only what the study runner logged (through harness.tracking, the one modul
 the latest invocation of a study, one line per row, seeds averaged. Where the study's table is in
 harness/paper/tables.yaml (Table 3), the paper's values are printed beside ours, and both are also given as
 deltas against the base row: at tiny scale on the made-up corpus only the direction and relative size of
-each knob's effect can be compared with the paper, never the absolute numbers.
+each knob's effect can be compared with the paper, never the absolute numbers. Studies of Tables 1, 2 and 4
+(the parent's `table` tag) are rendered in those tables' own layouts by harness/report_tables.py, which
+shares this module's reading, header and writing helpers.
 """
 
 from __future__ import annotations
@@ -63,10 +65,14 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None)
     return results
 
 
+def table_name(parent: dict, study: str) -> str:
+    """The paper table a study reproduces: the parent's `table` tag (the study file's `table:`), else its name."""
+    return parent["tags"].get("table") or parent["params"].get("table") or study
+
+
 def paper_table(parent: dict, study: str) -> dict | None:
     """The paper's table for this study (tables.yaml), or None (e.g. modern.yaml has no paper rows)."""
-    name = parent["tags"].get("table") or parent["params"].get("table") or study
-    table = load_tables().get(name)
+    table = load_tables().get(table_name(parent, study))
     return table if isinstance(table, dict) and "rows" in table else None
 
 
@@ -86,17 +92,37 @@ def row_order(runs: pd.DataFrame, paper_rows: Iterable[str] = (), declared: Iter
                                        declared.index(r) if r in declared else big, seen.index(r)))
 
 
+def row_groups(runs: pd.DataFrame, order: Iterable[str]):
+    """Per row, in `order`: (row, its runs, the FINISHED ones, the row's status, its failure reasons joined).
+    Status: FINISHED (every seed), PARTIAL (some), FAILED (none finished, one failed), else the run's status."""
+    names = runs["tags.row"].astype(str)
+    for row in order:
+        g = runs[names == row]
+        done = g[g["status"] == "FINISHED"]
+        status = ("FINISHED" if len(done) == len(g) else "PARTIAL" if len(done)
+                  else "FAILED" if (g["status"] == "FAILED").any() else str(g["status"].iloc[0]))
+        reasons = g["tags.failure_reason"].dropna().astype(str) if "tags.failure_reason" in g else []
+        reason = " | ".join(dict.fromkeys(r.strip()[:300] for r in reasons if r.strip()))
+        yield row, g, done, status, reason
+
+
+def synthetic_data(runs: pd.DataFrame) -> bool:
+    """Whether any trial trained on the made-up corpus (data.name synth) rather than real data."""
+    return "params.data.name" in runs and bool((runs["params.data.name"] == "synth").any())
+
+
+def declared_rows(parent: dict) -> list[str]:
+    """The rows in the study file's order (the parent's `rows` param)."""
+    return [r for r in str(parent["params"].get("rows", "")).split(",") if r]
+
+
 def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[str] = ()) -> pd.DataFrame:
     """One line per row: architecture as run, mean and std (ddof=1) over FINISHED seeds, paper beside."""
     runs = runs.assign(row=runs["tags.row"].astype(str))
     paper_rows = paper["rows"] if paper else {}
     records = []
-    for row in row_order(runs, paper_rows, declared):
-        g = runs[runs["row"] == row]
-        done = g[g["status"] == "FINISHED"]
+    for row, g, done, status, reason in row_groups(runs, row_order(runs, paper_rows, declared)):
         first = (done if len(done) else g).iloc[0]   # params are the same for every seed of a row
-        status = ("FINISHED" if len(done) == len(g) else "PARTIAL" if len(done)
-                  else "FAILED" if (g["status"] == "FAILED").any() else str(g["status"].iloc[0]))
         rec = {"row": row, "status": status, "n_seeds": len(g), "n_finished": len(done)}
         rec.update({col: pd.to_numeric(first.get(f"params.{key}", "nan"), errors="coerce")
                     for col, key in ARCH_COLUMNS.items()})
@@ -104,8 +130,7 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
             values = _col(done, f"metrics.{key}").dropna()
             rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
         rec["params_M"] = _col(done, "metrics.params").mean() / 1e6
-        reasons = g["tags.failure_reason"].dropna().astype(str) if "tags.failure_reason" in g else []
-        rec["failure_reason"] = " | ".join(dict.fromkeys(r.strip()[:300] for r in reasons if r.strip()))
+        rec["failure_reason"] = reason
         rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}
         records.append(rec)
     table = pd.DataFrame.from_records(records)
@@ -192,14 +217,15 @@ def provenance_line(parent: dict) -> str:
             f"profile `{tags.get('profile', '?')}` · {tags.get('hardware', '?')} · {tags.get('started', '?')}")
 
 
-def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path]) -> str:
+def header_lines(study: str, results: dict, caption: str | None = None) -> list[str]:
+    """The lines every report opens with: title (with the paper's caption), the do-not-edit note, the
+    provenance line the index copies, then command, commit, profile, hardware, MLflow parent run, wall
+    time and overhead share (and the sacreBLEU signature where BLEU was scored); ends with a blank line."""
     parent, runs = results["parent"], results["runs"]
     tags, metrics = parent["tags"], parent.get("metrics", {})
     wall, share = metrics.get("wall_seconds"), metrics.get("overhead_share")
-    synth = tags.get("profile") == "tiny" or (
-        "params.data.name" in runs and (runs["params.data.name"] == "synth").any())
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
-    lines = [f"# {study}" + (f": {paper['caption']}" if paper else ""), "",
+    lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
              provenance_line(parent), "",
              f"- command: `{tags.get('command', '?')}`",
@@ -213,6 +239,12 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
     if signatures:
         lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
     lines.append("")
+    return lines
+
+
+def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path]) -> str:
+    synth = results["parent"]["tags"].get("profile") == "tiny" or synthetic_data(results["runs"])
+    lines = header_lines(study, results, paper["caption"] if paper else None)
     if paper:
         m = paper.get("metrics", {})
         lines += ["The paper's values come from harness/paper/tables.yaml (Vaswani et al. "
@@ -335,14 +367,20 @@ def write_index(out_dir: Path) -> Path:
 
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
                  profile: str | None = None) -> list[Path]:
-    """Write <study>.md, <study>.csv, three PNGs and the refreshed README.md index; return their paths."""
+    """Write <study>.md, <study>.csv, its PNGs and the refreshed README.md index; return their paths.
+    Tables 1, 2 and 4 are rendered by harness.report_tables in the paper's layout; any other study
+    (Table 3, modern.yaml) as Table 3 is."""
     uri = uri or tracking.tracking_uri()
     results = load_results(study, uri, profile)
     parent, runs = results["parent"], results["runs"]
-    paper = paper_table(parent, study)
-    declared = [r for r in str(parent["params"].get("rows", "")).split(",") if r]
-    table = summarize(runs, paper, declared)
     out_dir = Path(out_dir)
+    from .report_tables import WRITERS   # imports this module: imported here, not at the top
+    writer = WRITERS.get(table_name(parent, study))
+    if writer is not None:   # Tables 1, 2 and 4 have layouts of their own; everything else is Table 3's
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return [*writer(study, results, uri, out_dir), write_index(out_dir)]
+    paper = paper_table(parent, study)
+    table = summarize(runs, paper, declared_rows(parent))
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = [plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png"),
              plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),

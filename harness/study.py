@@ -48,6 +48,8 @@ def estimated_flops(trial: Trial) -> float:
     """Training FLOPs of a trial before it runs: the analytic count of harness/probes/flops.py per target
     token, for sentences of ASSUMED_SENTENCE_LEN, x tokens per step x steps (padding left out)."""
     from .probes.flops import count_analytic
+    if trial.kind != "train":
+        return 0.0
     model_cfg, train_cfg, _ = trial.configs()
     n = ASSUMED_SENTENCE_LEN
     return count_analytic(model_cfg, 1, n, n)["flops_per_target_token"] * train_cfg.batch_tokens * train_cfg.steps
@@ -62,7 +64,11 @@ def parameter_count(trial: Trial) -> int:
 
 def _check_requirements(study: Study) -> None:
     for trial in study.trials:
-        name = trial.data["name"]
+        name = trial.data.get("name", "synth")
+        if name != "synth" and not Path(name).is_dir() and trial.data.get("task") == "parse":
+            raise UserError(f"profile {study.profile} of {study.path} needs the tree directory {name} (Penn "
+                            "Treebank WSJ sections 00..24 of .mrg files, or train.tree, dev.tree and test.tree), "
+                            "which does not exist; provide it, or run --profile tiny.")
         if name != "synth" and not Path(name).is_dir():
             raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
                             f"not exist; prepare WMT14 with `python -m harness data prepare wmt14-en-de --from DIR "
@@ -72,7 +78,14 @@ def _check_requirements(study: Study) -> None:
 def _print_trials(study: Study) -> None:
     print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
           f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
-    head = f"{'trial':<10}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
+    if study.kind == "scaling":
+        print(f"{'trial':<20}{'hash':<14}{'layer':<16}{'n swept (at d)':<40}{'d swept (at n)':<40}")
+        for t in study.trials:
+            p = t.probe
+            print(f"{t.key:<20}{t.config_hash:<14}{p['layer']:<16}{str(p['ns']) + ' d=' + str(p['d_fixed']):<40}"
+                  f"{str(p['ds']) + ' n=' + str(p['n_fixed']):<40}")
+        return
+    head = f"{'trial':<20}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
            f"{'P_drop':>7}{'eps_ls':>7}{'steps':>8}{'params':>10}{'est. FLOPs':>12}"
     print(head)
     total = 0.0
@@ -80,7 +93,7 @@ def _print_trials(study: Study) -> None:
         n, flops = parameter_count(t), estimated_flops(t)
         total += flops
         m = t.model
-        print(f"{t.key:<10}{t.config_hash:<14}{m['n_layers']:>3}{m['d_model']:>8}{m['d_ff']:>6}{m['n_heads']:>4}"
+        print(f"{t.key:<20}{t.config_hash:<14}{m['n_layers']:>3}{m['d_model']:>8}{m['d_ff']:>6}{m['n_heads']:>4}"
               f"{m['d_k']:>5}{m['d_v']:>5}{m['p_drop']:>7}{t.train['label_smoothing']:>7}{t.train['steps']:>8}"
               f"{n / 1e6:>9.2f}M{flops:>12.2e}")
     print(f"estimated training cost: {total:.2e} FLOPs (analytic count, sentences of {ASSUMED_SENTENCE_LEN} "
@@ -96,20 +109,29 @@ def _trainable(config: dict) -> None:
 
 def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int, int]:
     runs = {r.data.tags.get("trial_key"): r for r in tracking.children(parent_id)}
-    print(f"\n{'trial':<10}{'status':<10}{'dev PPL':>9}{'BLEU':>7}{'BLEU tok':>9}{'params':>9}{'minutes':>8}")
+    metrics = [r.data.metrics for r in runs.values()]
+    if study.kind == "scaling":
+        columns = [("exp n", "exp_n_fwd"), ("exp n f+b", "exp_n_fwd_bwd"), ("exp d", "exp_d_fwd"),
+                   ("exp d f+b", "exp_d_fwd_bwd"), ("seq ops", "seq_ops_measured"), ("path", "path_measured_max_n")]
+    else:
+        quality = [("F1", "dev_f1"), ("test F1", "test_f1")] if any("dev_f1" in m for m in metrics) else \
+            [("BLEU", "dev_bleu"), ("BLEU tok", "dev_bleu_tok")]
+        test = [("test BLEU", "test_bleu")] if any("test_bleu" in m for m in metrics) else []
+        columns = [("dev PPL", "dev_ppl"), *quality, *test]
+    print(f"\n{'trial':<18}{'status':<10}" + "".join(f"{h:>10}" for h, _ in columns) + f"{'minutes':>9}")
     done = failed = 0
     for t in study.trials:
         run = runs.get(t.key)
         if run is None:
-            print(f"{t.key:<10}{'NOT RUN':<10}")
+            print(f"{t.key:<18}{'NOT RUN':<10}")
             continue
         m, status = run.data.metrics, run.info.status
         done += status == "FINISHED"
         failed += status == "FAILED"
-        fmt = lambda k, w, p: f"{m[k]:>{w}.{p}f}" if k in m else f"{'-':>{w}}"  # noqa: E731
-        minutes = (m.get("train_seconds", 0) + m.get("eval_seconds", 0)) / 60
-        print(f"{t.key:<10}{status:<10}{fmt('dev_ppl', 9, 2)}{fmt('dev_bleu', 7, 2)}{fmt('dev_bleu_tok', 9, 2)}"
-              f"{m.get('params', 0) / 1e6:>8.2f}M{minutes:>8.2f}")
+        cells = "".join(f"{m[k]:>10.2f}" if k in m else f"{'-':>10}" for _, k in columns)
+        minutes = (m["train_seconds"] + m.get("eval_seconds", 0)) / 60 if "train_seconds" in m else \
+            (run.info.end_time - run.info.start_time) / 6e4 if run.info.end_time else float("nan")
+        print(f"{t.key:<18}{status:<10}{cells}{minutes:>9.2f}")
     return done, failed
 
 
@@ -173,7 +195,7 @@ def run_study(args) -> int:
 
     # Data first (generated corpus, BPE model per vocabulary size), once in the driver: trials then only
     # read the caches instead of racing to write them.
-    for data_cfg, vocab_size in {(DataConfig(**t.data), t.model["vocab_size"]) for t in todo}:
+    for data_cfg, vocab_size in {(DataConfig(**t.data), t.model["vocab_size"]) for t in todo if t.kind == "train"}:
         prepare_data(data_cfg, vocab_size)
 
     t_start = time.perf_counter()
@@ -257,8 +279,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
                 r = trial.last_result
-                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: dev PPL "
-                      f"{r.get('dev_ppl', float('nan')):.2f}, BLEU {r.get('dev_bleu', float('nan')):.2f} "
+                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: {r.get('summary', '')} "
                       f"({r.get('trial_seconds', 0):.0f} s)", flush=True)
 
             def on_trial_error(self, iteration, trials, trial, **info):
@@ -276,7 +297,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
             grid = tuner.fit()
         except KeyboardInterrupt:
             return [], True, concurrency, ray_seconds
-        results = [r.metrics for r in grid if r.metrics and "dev_ppl" in r.metrics]
+        results = [r.metrics for r in grid if r.metrics and "trial_seconds" in r.metrics]
         errors = sum(1 for r in grid if r.error is not None)
         t1 = time.perf_counter()
         ray.shutdown()

@@ -27,10 +27,15 @@ from .errors import UserError
 from .paper import load_tables
 from .train import TRAIN_PRESETS, TrainConfig
 
-TOP_KEYS = {"study", "version", "table", "description", "seeds", "max_failures", "resources", "base", "rows",
-            "profiles"}
+TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_failures", "resources", "base",
+            "rows", "profiles"}
+# What a trial does. train: a model trained and evaluated (Tables 2, 3 and 4; parsing is a data task).
+# scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling.ScalingSpec.
+KINDS = ("train", "scaling")
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "preset", "scale", "model", "train", "data", "resources", "requires"}
+PROBE_BASE_KEYS = {"probe"}
+PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu"}
 REQUIRE_KEYS = {"gpu", "data"}
 
@@ -42,6 +47,8 @@ class Trial:
     model: dict
     train: dict
     data: dict
+    kind: str = "train"
+    probe: dict = field(default_factory=dict)    # kind scaling: a ScalingSpec as a dict
 
     @property
     def key(self) -> str:
@@ -49,7 +56,10 @@ class Trial:
 
     @property
     def config_hash(self) -> str:
-        blob = json.dumps({"model": self.model, "train": self.train, "data": self.data}, sort_keys=True)
+        config = {"model": self.model, "train": self.train, "data": self.data}
+        if self.kind != "train":
+            config = {"kind": self.kind, "probe": self.probe, "seed": self.seed}
+        blob = json.dumps(config, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def configs(self) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
@@ -69,6 +79,7 @@ class Study:
     resources: dict
     requires: dict
     trials: list[Trial] = field(default_factory=list)
+    kind: str = "train"
 
 
 def _suggest(word: str, allowed) -> str:
@@ -145,6 +156,12 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
         chk.fail("seeds", f"must be a non-empty list of integers, got {study_seeds!r}.")
     study_seeds = [chk.integer(s, "seeds", 0) for s in study_seeds]
     max_failures = chk.integer(raw.get("max_failures", 0), "max_failures", 0)
+    kind = raw.get("kind", "train")
+    if kind not in KINDS:
+        chk.fail("kind", f"unknown kind {kind!r}{_suggest(kind, KINDS)}; allowed: {', '.join(KINDS)}.")
+    head = dict(path=path, name=name, version=version, table=table, max_failures=max_failures, kind=kind)
+    if kind == "scaling":
+        return _load_probe_study(chk, raw, head, study_seeds, profile, rows, seeds)
 
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", BASE_KEYS)
@@ -163,14 +180,7 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
                 for r, v in all_rows.items()}
 
-    profiles = chk.mapping(raw["profiles"], "profiles")
-    if not profiles:
-        chk.fail("profiles", "must define at least one profile (e.g. paper and tiny).")
-    profile = profile or ("tiny" if "tiny" in profiles else next(iter(profiles)))
-    if profile not in profiles:
-        raise UserError(f"{path} has no profile {profile!r}{_suggest(profile, profiles)}; "
-                        f"its profiles: {', '.join(profiles)}.")
-    prof = chk.mapping(profiles[profile], f"profiles.{profile}")
+    profile, prof = _pick_profile(chk, raw, profile)
     where = f"profiles.{profile}"
     chk.keys(prof, where, PROFILE_KEYS)
     if "preset" in prof:
@@ -192,19 +202,11 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     for sec in overrides.SECTIONS:
         prof_over[sec].update(_section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"),
                                                  f"{where}.{sec}", sec)[sec])
-    resources = {"cpu": 1, "gpu": 0, **chk.mapping(raw.get("resources"), "resources"),
-                 **chk.mapping(prof.get("resources"), f"{where}.resources")}
-    chk.keys(resources, "resources", RESOURCE_KEYS)
-    for key, value in resources.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            chk.fail(f"resources.{key}", f"must be a number >= 0, got {value!r}.")
+    resources = _resources(chk, raw, prof, where)
     requires = chk.mapping(prof.get("requires"), f"{where}.requires")
     chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
 
-    chosen = list(all_rows) if not rows else rows
-    for r in chosen:
-        if r not in all_rows:
-            raise UserError(f"{path} has no row {r!r}{_suggest(r, all_rows)}; its rows: {', '.join(all_rows)}.")
+    chosen = _pick_rows(path, all_rows, rows)
     chosen_seeds = seeds if seeds else study_seeds
 
     trials = []
@@ -215,9 +217,8 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
             except (ConfigError, UserError, TypeError) as err:
                 chk.fail(f"rows.{r} (profile {profile})", str(err))
             trials[-1] = dataclasses.replace(trials[-1], row=r)
-    return Study(path=path, name=name, version=version, table=table, profile=profile, rows=chosen,
-                 seeds=chosen_seeds, max_failures=max_failures, resources=resources, requires=requires,
-                 trials=trials)
+    return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
+                 requires=requires, trials=trials)
 
 
 def _scaled(value, factor):
@@ -230,8 +231,8 @@ def _scaled(value, factor):
 
 def _resolve(preset_name: str, base: dict, row: dict, factors: dict, prof: dict, seed: int) -> Trial:
     model = get_preset(preset_name).replace(**base["model"]).replace(**row["model"])
-    train = dataclasses.replace(TRAIN_PRESETS[preset_name], **base["train"], **row["train"])
-    data = dataclasses.replace(DataConfig(), **base["data"], **row["data"])
+    train = dataclasses.replace(TRAIN_PRESETS[preset_name], **{**base["train"], **row["train"]})
+    data = dataclasses.replace(DataConfig(), **{**base["data"], **row["data"]})
     model = model.replace(**{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
     train = dataclasses.replace(train, **{k: _scaled(getattr(train, k), f) for k, f in factors["train"].items()})
     data = dataclasses.replace(data, **{k: _scaled(getattr(data, k), f) for k, f in factors["data"].items()})
@@ -241,3 +242,77 @@ def _resolve(preset_name: str, base: dict, row: dict, factors: dict, prof: dict,
     data = dataclasses.replace(data, **prof["data"])
     return Trial(row="", seed=seed, model=model.to_dict(), train=dataclasses.asdict(train),
                  data=dataclasses.asdict(data))
+
+
+def _pick_profile(chk: _Checker, raw: dict, profile: str | None) -> tuple[str, dict]:
+    profiles = chk.mapping(raw["profiles"], "profiles")
+    if not profiles:
+        chk.fail("profiles", "must define at least one profile (e.g. paper and tiny).")
+    profile = profile or ("tiny" if "tiny" in profiles else next(iter(profiles)))
+    if profile not in profiles:
+        raise UserError(f"{chk.path} has no profile {profile!r}{_suggest(profile, profiles)}; "
+                        f"its profiles: {', '.join(profiles)}.")
+    return profile, chk.mapping(profiles[profile], f"profiles.{profile}")
+
+
+def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
+    chosen = list(all_rows) if not rows else rows
+    for r in chosen:
+        if r not in all_rows:
+            raise UserError(f"{path} has no row {r!r}{_suggest(r, all_rows)}; its rows: {', '.join(all_rows)}.")
+    return chosen
+
+
+def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> dict:
+    resources = {"cpu": 1, "gpu": 0, **chk.mapping(raw.get("resources"), "resources"),
+                 **chk.mapping(prof.get("resources"), f"{where}.resources")}
+    chk.keys(resources, "resources", RESOURCE_KEYS)
+    for key, value in resources.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            chk.fail(f"resources.{key}", f"must be a number >= 0, got {value!r}.")
+    return resources
+
+
+def _probe_settings(chk: _Checker, values: dict, where: str) -> dict:
+    from .probes.scaling import scaling_fields
+    fields = scaling_fields()
+    for key in values:
+        if key not in fields:
+            chk.fail(f"{where}.{key}", f"unknown probe setting{_suggest(key, fields)}; allowed: {', '.join(fields)}.")
+    return dict(values)
+
+
+def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
+                      rows: list[str] | None, seeds: list[int] | None) -> Study:
+    """A study whose rows are probe settings (kind scaling): base.probe -> row -> profile.probe."""
+    from .probes.scaling import ScalingSpec
+    path = head["path"]
+    base = chk.mapping(raw["base"], "base")
+    chk.keys(base, "base", PROBE_BASE_KEYS)
+    base_probe = _probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
+    all_rows = chk.mapping(raw["rows"], "rows")
+    if not all_rows:
+        chk.fail("rows", "must name at least one row.")
+    row_probe = {str(r): _probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
+    profile, prof = _pick_profile(chk, raw, profile)
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, PROBE_PROFILE_KEYS)
+    prof_probe = _probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
+    resources = _resources(chk, raw, prof, where)
+    requires = chk.mapping(prof.get("requires"), f"{where}.requires")
+    chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
+    chosen = _pick_rows(path, all_rows, rows)
+    chosen_seeds = seeds if seeds else study_seeds
+    trials = []
+    for r in chosen:
+        settings = {**base_probe, **row_probe[r], **prof_probe}
+        try:
+            spec = ScalingSpec(**settings)
+            spec.validate()
+        except (TypeError, ValueError) as err:
+            chk.fail(f"rows.{r} (profile {profile})", f"{err}.")
+        probe = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()}
+        trials += [Trial(row=r, seed=s, model={}, train={}, data={}, kind="scaling", probe=probe)
+                   for s in chosen_seeds]
+    return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
+                 requires=requires, trials=trials)

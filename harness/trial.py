@@ -39,16 +39,28 @@ def run_trial(spec: dict, ctx: dict) -> dict:
     trial = Trial(**spec)
     torch.set_num_threads(max(1, int(ctx["threads"])))
     out_dir = Path(ctx["run_dir"]) / trial.key
-    tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash}
-    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags,
-                   flatten({"model": trial.model, "train": trial.train, "data": trial.data}))
-    model_cfg, train_cfg, data_cfg = trial.configs()
+    tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
+            "trial_kind": trial.kind}
+    params = {"probe": trial.probe} if trial.kind == "scaling" else \
+        {"model": trial.model, "train": trial.train, "data": trial.data}
+    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params))
+    body = _scaling_trial if trial.kind == "scaling" else _training_trial
     try:
-        metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step)
+        metrics, summary = body(trial, out_dir, run)
     except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
         reason = f"{type(err).__name__}: {err}"
         run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
         raise
+    run.finish("FINISHED")
+    wall = time.perf_counter() - t_start
+    return {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+            "summary": summary, "trial_seconds": wall, "mlflow_seconds": run.seconds, "run_id": run.run_id,
+            "started_at": started_at, "ended_at": time.time()}
+
+
+def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
+    model_cfg, train_cfg, data_cfg = trial.configs()
+    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step)
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
     from .probes.flops import count_analytic
@@ -56,12 +68,53 @@ def run_trial(spec: dict, ctx: dict) -> dict:
                                max(1, round(metrics["mean_src_len"])),
                                max(1, round(metrics["mean_tgt_len"])))["flops_per_target_token"]
     metrics.update({"flops_per_target_token": per_token, "train_flops": per_token * metrics["tokens_seen"]})
+    # The yardstick for Table 2's cost column computed the paper's way (time x devices x a sustained rate):
+    # this device's own large-matmul rate, in the dtype training ran in, with the trial's threads.
+    from .bench import matmul_peak
+    device = torch.device(metrics["device"])
+    dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
+    metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
     run.log_final(metrics, metrics["steps"])
     curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")
     run.log_artifacts([out_dir / "config.json", out_dir / "dev_translations.txt", out_dir / "metrics.jsonl",
                        *([curve] if curve else [])])
-    run.finish("FINISHED")
-    wall = time.perf_counter() - t_start
-    return {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
-            "trial_seconds": wall, "mlflow_seconds": run.seconds, "run_id": run.run_id,
-            "started_at": started_at, "ended_at": time.time()}
+    if "dev_f1" in metrics:
+        summary = f"dev PPL {metrics['dev_ppl']:.2f}, F1 {metrics['dev_f1']:.2f}"
+    else:
+        summary = f"dev PPL {metrics['dev_ppl']:.2f}, BLEU {metrics.get('dev_bleu', float('nan')):.2f}"
+    return metrics, summary
+
+
+def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
+    """One layer of Table 1: each timed point goes to MLflow as it is measured (step = n or d), then the
+    fitted exponents, sequential operations and path lengths; the whole result as scaling.json."""
+    from .probes.scaling import ScalingSpec, measure_layer
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_point(row: dict) -> None:
+        x = row[row["sweep"]]
+        mem = row.get("peak_mem_bytes") if row.get("peak_mem_bytes") is not None else row.get("largest_fwd_tensor_bytes")
+        run.log_step(x, {f"fwd_s_vs_{row['sweep']}": row["fwd_s"], f"fwd_bwd_s_vs_{row['sweep']}": row["fwd_bwd_s"],
+                         **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
+
+    result = measure_layer(ScalingSpec(**trial.probe), on_point)
+    for p in result["path_lengths"]:
+        if p["measured"] is not None:
+            run.log_step(p["n"], {"path_measured": p["measured"], "path_formula": p["formula"]})
+    seq = result["sequential_ops"]
+    metrics = {f"exp_{k}": v["slope"] for k, v in result["fits"].items()}
+    metrics.update({f"exp_{k}_fixed_cost_dominated": float(v["fixed_cost_dominated"]) for k, v in result["fits"].items()})
+    metrics.update({f"exp_{k}_points_dropped": v["dropped"] for k, v in result["fits"].items()})
+    metrics.update({"seq_ops_measured": seq["measured"], "seq_ops_by_construction": seq["by_construction"],
+                    "seq_ops_n": seq["n"], "aten_ops_at_n": seq["aten_ops_at_n"],
+                    "torch_threads": result["torch_threads"]})
+    last = result["path_lengths"][-1]
+    if last["measured"] is not None:
+        metrics.update({"path_measured_max_n": last["measured"], "path_formula_max_n": last["formula"],
+                        "path_max_n": last["n"]})
+    metrics["device"] = result["device"]
+    run.log_final(metrics, 0)
+    (out_dir / "scaling.json").write_text(json.dumps(result, indent=2) + "\n")
+    run.log_artifacts([out_dir / "scaling.json"])
+    summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
+    return metrics, summary

@@ -2,6 +2,7 @@
 starts; a real study runs through Ray Tune against a real `mlflow server`, and --resume reruns nothing."""
 
 import dataclasses
+import math
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
 
 
 def test_studies_are_found():
-    assert {p.stem for p in STUDIES} >= {"table3", "modern"}
+    assert {p.stem for p in STUDIES} >= {"table1", "table2", "table3", "table4", "modern"}
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
@@ -68,12 +69,23 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
     ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
            "threads": 1, "tags": {"study": study.name}}
     for trial in study.trials:
+        if trial.kind == "scaling":     # a grid of three tiny points per sweep, one pass
+            small = dataclasses.replace(trial, probe={
+                **trial.probe, "ns": [8, 16, 32], "ds": [8, 16, 32], "n_fixed": 16, "d_fixed": 8, "batch": 1,
+                "repeats": 1, "warmup": 0, "passes": 1, "path_ns": [5, 6, 7]})
+            result = run_trial(small.__dict__, ctx)
+            assert math.isfinite(result["exp_n_fwd"]) and result["seq_ops_measured"] >= 1, trial.key
+            assert result["path_measured_max_n"] == result["path_formula_max_n"], trial.key
+            continue
         small = dataclasses.replace(
             trial, train={**trial.train, "steps": 2, "bleu_sentences": 2, "max_extra": 3, "checkpoint_every": 0},
             data={**trial.data, "train_pairs": 1000, "dev_pairs": 4, "test_pairs": 4, "cache_dir": str(tmp_path)})
         result = run_trial(small.__dict__, ctx)
         assert result["steps"] == 2 and result["dev_ppl"] > 1, trial.key
         assert result["flops_per_target_token"] > 0 and result["train_flops"] > 0
+        assert result["device_matmul_tflops"] > 0
+        if trial.data.get("task") == "parse":
+            assert 0 <= result["dev_f1"] <= 100 and result["test_parsed_sentences"] == 2, trial.key
     runs = tracking.children(parent)
     assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
     assert all(r.info.status == "FINISHED" for r in runs)
@@ -86,6 +98,51 @@ BAD = {
     "not_divisible": ("A1: {n_heads: 1, d_k: 512, d_v: 512}", "A1: {n_heads: 7}", "not divisible by n_heads=7"),
     "bad_scale": ("n_layers: 0.5, steps", "n_layers: -1, steps", "must be a positive number"),
 }
+
+
+BAD_PROBE = {
+    "unknown_probe_key": ("sdpa: {layer: sdpa}", "sdpa: {layr: sdpa}", "unknown probe setting (did you mean layer?)"),
+    "unknown_layer": ("sdpa: {layer: sdpa}", "sdpa: {layer: sdpaa}", "is not one of sdpa, plain"),
+    "short_grid": ("ns: [128, 256, 512, 1024, 2048]", "ns: [128, 256]", "ns must be a list of at least 3"),
+    "unknown_kind": ("kind: scaling", "kind: scalling", "unknown kind 'scalling' (did you mean scaling?)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PROBE))
+def test_malformed_probe_study_is_refused(case, tmp_path, capsys):
+    text = (ROOT / "studies" / "table1.yaml").read_text()
+    old, new, needle = BAD_PROBE[case]
+    assert old in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(old, new, 1))
+    assert main(["run", str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_scaling_study_resolves_one_trial_per_layer():
+    from harness.probes.scaling import LAYERS
+    study = load_study(ROOT / "studies" / "table1.yaml", "tiny")
+    assert study.kind == "scaling" and {t.probe["layer"] for t in study.trials} == set(LAYERS)
+    assert all(t.probe["device"] == "cpu" and t.probe["threads"] == 1 for t in study.trials)
+
+
+def test_table4_follows_section_6_3():
+    setup = load_tables()["table4"]["setup"]
+    for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials:
+        assert (t.model["n_layers"], t.model["d_model"]) == (setup["n_layers"], setup["d_model"])
+        assert (t.train["beam_size"], t.train["alpha"], t.train["max_extra"]) == \
+            (setup["beam_size"], setup["alpha"], setup["max_extra"])
+        assert t.data["task"] == "parse"
+    vocab = {t.row: t.model["vocab_size"] for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials}
+    assert vocab == {"wsj_only": setup["vocab_wsj"], "semi_supervised": setup["vocab_semi"]}
+
+
+def test_table2_averages_as_the_paper_did():
+    trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "paper").trials}
+    assert trials["base"].train["average_last"] == 5 and trials["big"].train["average_last"] == 20
+    assert all(t.train["eval_test"] for t in trials.values())
+    assert trials["big"].train["steps"] == 300_000 and trials["big"].model["d_model"] == 1024
 
 
 @pytest.mark.parametrize("case", list(BAD))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from harness.errors import UserError
 
@@ -19,6 +20,7 @@ _SUFFIXES = (("src", "tgt"), ("en", "de"))
 @dataclass(frozen=True)
 class DataConfig:
     name: str = "synth"            # "synth" (the made-up corpus) or a directory with train/dev/test files
+    task: Literal["translate", "parse"] = "translate"   # parse: sentence -> linearized tree (Table 4)
     train_pairs: int = 50_000      # synth only: sizes and seed of the generated corpus
     dev_pairs: int = 1000
     test_pairs: int = 1000
@@ -32,6 +34,7 @@ class Split:
     src_text: list[str]
     tgt_text: list[str]
     data: ParallelData
+    trees: list[str] | None = None     # task parse: the gold tree of each pair, as read
 
 
 @dataclass
@@ -45,7 +48,11 @@ class Dataset:
 
 
 def corpus_dir(cfg: DataConfig) -> Path:
-    """Where the text files are: generated on demand for synth, the user's directory otherwise."""
+    """Where the text files are: generated on demand for synth, the user's directory otherwise; for the
+    parsing task, the sentence/linearized-tree pairs derived from either (harness/probes/parsing.py)."""
+    if cfg.task == "parse":
+        from harness.probes.parsing import prepare_parse_corpus
+        return prepare_parse_corpus(cfg)
     if cfg.name == "synth":
         from .synth import SynthConfig, write_corpus
         lex = SynthConfig()
@@ -92,7 +99,10 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
     for split, (src, tgt) in texts.items():
         # Training pairs longer than the model's position table are dropped; dev/test ones are cut to fit.
         data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=split != "train")
-        splits[split] = Split(src, tgt, data)
+        trees = None
+        if cfg.task == "parse":
+            trees = (root / f"{split}.tree").read_text(encoding="utf-8").splitlines()
+        splits[split] = Split(src, tgt, data, trees)
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
             **{f"{s}_pairs": len(splits[s].data) for s in splits},
             **{f"{s}_truncated": splits[s].data.truncated for s in ("dev", "test")}}

@@ -20,11 +20,14 @@ x values are used and the fit is flagged `fixed_cost_dominated`.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -97,8 +100,10 @@ class LoopRNN(nn.Module):
         u = self.inp(x)
         h = x.new_zeros(x.shape[0], x.shape[2])
         self.steps, self.states = 0, []
-        for t in range(x.shape[1]):                  # the real sequential dependency
-            h = torch.tanh(u[:, t] + h @ self.w_h)
+        # unbind, not u[:, t]: the backward of each select would build a zero (B, n, d) gradient, making
+        # the backward O(n^2) in memory traffic; unbind's backward stacks the n slices once.
+        for u_t in u.unbind(1):                      # the real sequential dependency
+            h = torch.tanh(u_t + h @ self.w_h)
             self.steps += 1
             self.states.append(h)
         return torch.stack(self.states, 1)
@@ -260,11 +265,12 @@ def path_length(kind: str, n: int, k: int = 3, r: int = 4, d: int = 3, tol: floa
 # ---------------------------------------------------------------- timing and fits
 
 
-def _median_time(fn: Callable[[], None], repeats: int, warmup: int, cuda: bool,
-                 min_block_s: float = 2e-3) -> float:
-    """Median over `repeats` blocks of the per-call time; each block runs fn enough times to last
-    >= min_block_s (timeit-style), so timer resolution and scheduler jitter on a shared CPU do
-    not swamp sub-millisecond calls."""
+def _best_time(fn: Callable[[], None], repeats: int, warmup: int, cuda: bool,
+               min_block_s: float = 2e-3) -> float:
+    """Fastest of `repeats` blocks, per call; each block runs fn enough times to last >= min_block_s
+    (timeit-style), so timer resolution does not swamp sub-millisecond calls. The minimum, not the
+    median (as timeit advises): on a shared CPU, other work only ever adds time, and medians of the
+    same point were seen to differ by 40 % between two sweeps while minima agreed within a few %."""
     def block(calls: int) -> float:
         if cuda:
             torch.cuda.synchronize()
@@ -278,7 +284,7 @@ def _median_time(fn: Callable[[], None], repeats: int, warmup: int, cuda: bool,
     for _ in range(warmup):
         fn()
     calls = max(1, min(1000, math.ceil(min_block_s / max(block(1), 1e-7))))
-    return statistics.median(block(calls) for _ in range(repeats))
+    return min(block(calls) for _ in range(repeats))
 
 
 def measure(kind: str, n: int, d: int, *, batch: int, k: int, r: int, heads: int, device: str,
@@ -299,12 +305,12 @@ def measure(kind: str, n: int, d: int, *, batch: int, k: int, r: int, heads: int
         xg.grad = None
         layer(xg).backward(gy)
 
-    t_fwd = _median_time(fwd, repeats, warmup, cuda)
+    t_fwd = _best_time(fwd, repeats, warmup, cuda)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    t_fb = _median_time(fwd_bwd, repeats, warmup, cuda)
+    t_fb = _best_time(fwd_bwd, repeats, warmup, cuda)
     row = {"layer": kind, "n": n, "d": d, "batch": batch, "fwd_s": t_fwd, "fwd_bwd_s": t_fb,
                "peak_mem_bytes": (torch.cuda.max_memory_allocated() - base) if cuda else None}
     if not cuda:
@@ -382,6 +388,105 @@ def _run(cfg, device, k, r, heads, layers, path_ns, path_k, path_r, fixed_mult) 
                   "rows": rows, "fits": fits, "sequential_ops": seq, "path_lengths": paths}
     result["notes"] = _notes(result)
     return result
+
+# ---------------------------------------------------------------- one layer as a study trial
+
+LAYERS = (*TIMED, "conv_dilated")
+# The layer whose stack the path length is measured on: nn.RNN's recurrence is the loop's, hidden in a kernel.
+_PATH_OF = {"rnn_torch": "rnn_loop"}
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """One row of studies/table1.yaml: a layer type and the grid it is timed on (rows override these)."""
+    layer: str = "sdpa"
+    ns: tuple[int, ...] = DEFAULTS["ns"]          # sequence lengths, at d = d_fixed
+    ds: tuple[int, ...] = DEFAULTS["ds"]          # widths, at n = n_fixed
+    n_fixed: int = DEFAULTS["n_fixed"]
+    d_fixed: int = DEFAULTS["d_fixed"]
+    batch: int = DEFAULTS["batch"]
+    k: int = 3                                    # kernel of the convolutions
+    r: int = 16                                   # neighbourhood of restricted attention (timing)
+    heads: int = 1
+    repeats: int = DEFAULTS["repeats"]
+    warmup: int = DEFAULTS["warmup"]
+    passes: int = 2                               # whole sweeps; each point keeps its fastest pass
+    fixed_mult: float = 3.0
+    threads: int = 1                              # CPU intra-op threads (module doc of run_scaling)
+    device: str = "auto"                          # auto | cpu | cuda
+    path_ns: tuple[int, ...] = (9, 16, 17)
+    path_k: int = 3
+    path_r: int = 4
+
+    def validate(self) -> None:
+        if self.layer not in LAYERS:
+            close = difflib.get_close_matches(str(self.layer), LAYERS, n=1)
+            raise ValueError(f"layer {self.layer!r} is not one of {', '.join(LAYERS)}"
+                             + (f" (did you mean {close[0]}?)" if close else ""))
+        for name in ("ns", "ds", "path_ns"):
+            v = getattr(self, name)
+            if not isinstance(v, (list, tuple)) or len(v) < 3 or \
+                    any(isinstance(x, bool) or not isinstance(x, int) or x < 2 for x in v):
+                raise ValueError(f"{name} must be a list of at least 3 integers >= 2, got {v!r}")
+        for name in ("n_fixed", "d_fixed", "batch", "k", "r", "heads", "repeats", "path_k", "path_r", "threads", "passes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.k < 2 or self.path_k < 2:
+            raise ValueError("kernel sizes k and path_k must be at least 2")
+        if any(d % self.heads for d in (*self.ds, self.d_fixed)):
+            raise ValueError(f"every width must be divisible by heads={self.heads}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+        if isinstance(self.fixed_mult, bool) or not isinstance(self.fixed_mult, (int, float)) or self.fixed_mult < 1:
+            raise ValueError(f"fixed_mult must be a number >= 1, got {self.fixed_mult!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+
+
+def scaling_fields() -> dict[str, type]:
+    return {f.name: f.type for f in dataclasses.fields(ScalingSpec)}
+
+
+def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = None) -> dict:
+    """Everything Table 1 asks of one layer type: time and memory over the n and d sweeps (forward and
+    forward + backward), fitted exponents, sequential operations and path lengths."""
+    spec.validate()
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if spec.device == "auto" else spec.device
+    old_threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(spec.threads)
+    common = {"batch": spec.batch, "k": spec.k, "r": spec.r, "heads": spec.heads, "device": device,
+              "repeats": spec.repeats, "warmup": spec.warmup}
+    timed = "conv" if spec.layer == "conv_dilated" else spec.layer   # dilation changes no cost
+    try:
+        # Each pass sweeps every point once; a point keeps its fastest pass, so a burst of other work on
+        # the machine spoils one pass of a few points, not the fit.
+        points = [("n", n, spec.d_fixed) for n in spec.ns] + [("d", spec.n_fixed, d) for d in spec.ds]
+        best: dict[tuple, dict] = {}
+        for _ in range(spec.passes):
+            for sweep, n, d in points:
+                row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
+                old = best.get((sweep, n, d))
+                if old is not None:
+                    row["fwd_s"], row["fwd_bwd_s"] = min(old["fwd_s"], row["fwd_s"]), min(old["fwd_bwd_s"], row["fwd_bwd_s"])
+                best[(sweep, n, d)] = row
+        rows = [best[p] for p in points]
+        for row in rows:
+            if on_point:
+                on_point(row)
+        fits = {f"{var}_{p}": fit_exponent([r_[var] for r_ in rows if r_["sweep"] == var],
+                                           [r_[f"{p}_s"] for r_ in rows if r_["sweep"] == var], spec.fixed_mult)
+                for var in ("n", "d") for p in ("fwd", "fwd_bwd")}
+        seq = sequential_ops(timed, max(spec.ns))
+        path_kind = _PATH_OF.get(spec.layer, spec.layer)
+        paths = [path_length(path_kind, n, spec.path_k, spec.path_r) for n in spec.path_ns]
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(old_threads)
+    return {"spec": dataclasses.asdict(spec), "device": device, "torch_threads": threads, "rows": rows,
+            "fits": fits, "sequential_ops": seq, "path_lengths": paths, "paper": PAPER[spec.layer]}
+
 
 # ---------------------------------------------------------------- reporting
 

@@ -1,0 +1,104 @@
+"""Table 4's parsing task: cleaning, corpus preparation from synth / PTB layouts, repair and scoring."""
+
+import pytest
+
+from harness.data.corpus import DataConfig, load_dataset
+from harness.errors import UserError
+from harness.probes.evalb import score_trees
+from harness.probes.parsing import clean_tree, parse_scores, prepare_parse_corpus, sentence_words, well_formed
+from harness.probes.trees import linearize, parse_tree
+
+PTB = ("( (S (NP-SBJ-1 (DT The) (NN dog)) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1)) "
+       "(PP-LOC (IN in) (NP (DT the) (NN park))))) (. .)) )")
+
+
+def test_clean_tree_drops_empty_elements_and_function_tags():
+    cleaned = clean_tree(parse_tree(PTB))
+    assert str(cleaned) == ("( (S (NP (DT The) (NN dog)) (VP (VBD was) (VP (VBN seen) (PP (IN in) "
+                            "(NP (DT the) (NN park))))) (. .)))")
+    assert linearize(cleaned) == "(S (NP XX XX )NP (VP XX (VP XX (PP XX (NP XX XX )NP )PP )VP )VP XX )S"
+    # -LRB- and friends keep their dashes
+    assert str(clean_tree(parse_tree("(S (-LRB- -LRB-) (NP=2 (NN x)))"))) == "(S (-LRB- -LRB-) (NP (NN x)))"
+
+
+def test_sentence_words_skip_traces():
+    words, pos = sentence_words(parse_tree(PTB))
+    assert words == "The dog was seen in the park .".split()
+    assert pos == ["DT", "NN", "VBD", "VBN", "IN", "DT", "NN", "."]
+
+
+@pytest.mark.parametrize("output,n,ok", [
+    ("(S (NP XX XX )NP (VP XX )VP )S", 3, True),
+    ("(S (NP XX XX )NP (VP XX )VP )S", 4, False),          # a word short
+    ("(S (NP XX XX )VP (VP XX )VP )S", 3, False),          # closing label differs
+    ("(S (NP XX XX )NP (VP XX )VP", 3, False),             # left open
+    ("(S XX )S (S XX )S", 2, False),                       # two roots
+    ("XX (S XX XX )S", 3, False),                          # a word outside
+    ("", 0, False),
+])
+def test_well_formed(output, n, ok):
+    assert well_formed(output, n) is ok
+
+
+def test_parse_scores_perfect_empty_and_wrapped_roots():
+    gold = [PTB, "(S (NP (PRP it)) (VP (VBZ works)) (. .))"]
+    src = ["The dog was seen in the park .", "it works ."]
+    perfect = [linearize(clean_tree(parse_tree(g))) for g in gold]
+    scores, trees = parse_scores(perfect, src, gold)
+    assert scores["f1"] == 100.0 and scores["complete_match"] == 100.0 and scores["well_formed"] == 100.0
+    assert trees[0].startswith("( (S ") and trees[1].startswith("(S ")
+    # nothing predicted: the repaired flat tree is scored as EVALB scores it, not dropped
+    scores, trees = parse_scores(["", ""], src, gold)
+    assert trees[1] == "(S (PRP it) (VBZ works) (. .))"
+    assert scores["f1"] == pytest.approx(score_trees(gold, trees)["summary"]["all"]["fmeasure"])
+    assert 0 < scores["f1"] < 100 and scores["well_formed"] == 0.0
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_prepare_from_wsj_sections_and_split_files(tmp_path):
+    mrg = PTB.replace(" (VP (VBD", "\n    (VP (VBD") + "\n\n" + "( (S (NP (PRP it)) (VP (VBZ works)) (. .)) )\n"
+    wsj = tmp_path / "wsj"
+    for sec in ("02", "21", "22", "23"):
+        _write(wsj / sec / f"wsj_{sec}01.mrg", mrg)
+    out = prepare_parse_corpus(DataConfig(name=str(wsj), task="parse", cache_dir=str(tmp_path / "cache")))
+    src = (out / "train.src").read_text().splitlines()
+    assert src == ["The dog was seen in the park .", "it works ."] * 2      # sections 02 and 21
+    assert (out / "test.src").read_text().splitlines() == ["The dog was seen in the park .", "it works ."]
+    tgt = (out / "dev.tgt").read_text().splitlines()
+    assert tgt[1] == "(S (NP XX )NP (VP XX )VP XX )S"
+    assert (out / "test.tree").read_text().splitlines()[0] == " ".join(PTB.split())
+
+    flat = tmp_path / "flat"
+    for split in ("train", "dev", "test"):
+        _write(flat / f"{split}.tree", "(S (NP (PRP it)) (VP (VBZ works)) (. .))\n")
+    out = prepare_parse_corpus(DataConfig(name=str(flat), task="parse", cache_dir=str(tmp_path / "cache")))
+    assert (out / "dev.src").read_text() == "it works .\n"
+
+
+def test_prepare_refuses_a_directory_without_trees(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="neither train.tree, dev.tree and test.tree nor WSJ"):
+        prepare_parse_corpus(DataConfig(name=str(tmp_path / "empty"), task="parse", cache_dir=str(tmp_path)))
+    _write(tmp_path / "bad" / "train.tree", "(S (NP (PRP it)) (VP (VBZ works)) (. .)\n")
+    for split in ("dev", "test"):
+        _write(tmp_path / "bad" / f"{split}.tree", "(S (NP (PRP it)) (VP (VBZ works)) (. .))\n")
+    with pytest.raises(UserError, match="never closed"):
+        prepare_parse_corpus(DataConfig(name=str(tmp_path / "bad"), task="parse", cache_dir=str(tmp_path)))
+
+
+def test_synth_parse_dataset_pairs_sentences_with_their_trees(tmp_path):
+    cfg = DataConfig(name="synth", task="parse", train_pairs=300, dev_pairs=5, test_pairs=5,
+                     lexicon_scale=0.1, cache_dir=str(tmp_path))
+    data = load_dataset(cfg, vocab_size=300)
+    assert len(data.dev.trees) == len(data.dev.src_text) == 5
+    for src, tgt, tree in zip(data.dev.src_text, data.dev.tgt_text, data.dev.trees):
+        t = parse_tree(tree)
+        assert t.words() == src.split()
+        assert tgt == linearize(clean_tree(t)) and well_formed(tgt, len(src.split()))
+    # the translation corpus underneath is the same generated one
+    translate = load_dataset(DataConfig(**{**cfg.__dict__, "task": "translate"}), vocab_size=300)
+    assert translate.dev.src_text == data.dev.src_text and translate.dev.trees is None
