@@ -363,6 +363,8 @@ def run_scaling(ns=None, ds=None, *, n_fixed=None, d_fixed=None, batch=None, k: 
     old_threads = torch.get_num_threads()
     if threads and device == "cpu":
         torch.set_num_threads(threads)
+    if device == "cpu":
+        pin_allocator()
     try:
         return _run(cfg, device, k, r, heads, layers, path_ns, path_k, path_r, fixed_mult)
     finally:
@@ -410,7 +412,7 @@ class ScalingSpec:
     heads: int = 1
     repeats: int = DEFAULTS["repeats"]
     warmup: int = DEFAULTS["warmup"]
-    passes: int = 2                               # whole sweeps; each point keeps its fastest pass
+    passes: int = 3                               # whole sweeps, alternating direction; each point keeps its fastest
     fixed_mult: float = 3.0
     threads: int = 1                              # CPU intra-op threads (module doc of run_scaling)
     device: str = "auto"                          # auto | cpu | cuda
@@ -448,6 +450,21 @@ def scaling_fields() -> dict[str, type]:
     return {f.name: f.type for f in dataclasses.fields(ScalingSpec)}
 
 
+def pin_allocator() -> bool:
+    """glibc only: serve every allocation below 1 GiB from the heap and never return memory to the OS.
+    By default glibc maps large blocks fresh (page-faulting every byte on each call) above a threshold
+    that it moves as blocks are freed, so the same point was measured at 13 ms in one sweep and 45 ms in
+    the next (restricted attention, n = 512). That is allocator state, not the layer's complexity."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
+    except (OSError, AttributeError):       # not glibc: timings keep the allocator's own behaviour
+        return False
+
+
 def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = None) -> dict:
     """Everything Table 1 asks of one layer type: time and memory over the n and d sweeps (forward and
     forward + backward), fitted exponents, sequential operations and path lengths."""
@@ -464,8 +481,10 @@ def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = N
         # the machine spoils one pass of a few points, not the fit.
         points = [("n", n, spec.d_fixed) for n in spec.ns] + [("d", spec.n_fixed, d) for d in spec.ds]
         best: dict[tuple, dict] = {}
-        for _ in range(spec.passes):
-            for sweep, n, d in points:
+        if device == "cpu":
+            pin_allocator()
+        for i in range(spec.passes):
+            for sweep, n, d in points if i % 2 == 0 else points[::-1]:   # alternate: drift hits both ends
                 row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
                 old = best.get((sweep, n, d))
                 if old is not None:

@@ -1,0 +1,279 @@
+"""harness.report_tables: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
+the runner's schema (one parent run per invocation, one child run per trial), one FAILED trial each."""
+
+import math
+
+import pandas as pd
+import pytest
+from matplotlib.image import imread
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+
+from harness.paper import load_tables
+from harness.probes.cost import training_costs
+from harness.probes.scaling import PAPER
+from harness.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SHA = "89abcdef0123"
+T0 = 1_700_000_000_000
+NS, DS, PATH_NS = [128, 256, 512, 1024, 2048], [64, 128, 256, 512, 1024], [9, 16, 17]
+
+# Table 1: layer -> (exp_n fwd, fwd+bwd, exp_d fwd, fwd+bwd, {overrides}); None: the trial FAILED.
+T1 = {
+    "sdpa": (1.87, 1.93, 0.98, 1.02, {"path": (1, 1, 1)}),
+    "plain": (2.31, 2.24, 1.01, 1.05, {"path": (1, 1, 1), "mem": 2}),
+    "restricted": (1.04, 1.08, 0.45, 0.62, {"dominated": {"d_fwd": 1}, "dropped": {"d_fwd_bwd": 2},
+                                             "path": (4, 8, 8)}),
+    "rnn_loop": None,
+    "rnn_torch": (1.01, 1.03, 1.55, 1.98, {"seq": (1, 2048, 1), "dropped": {"d_fwd": 1}, "path": (8, 15, 16)}),
+    "conv": (0.97, 1.01, 1.92, 1.95, {"path": (4, 8, 8)}),
+    "conv_separable": (1.00, 1.02, 1.70, 1.81, {"path": (4, 8, 8)}),
+    "conv_dilated": (0.97, 1.01, 1.92, 1.95, {"path": (2, 3, 3)}),
+}
+T1_FAILURE = "RuntimeError: probe timed out at n=2048"
+# Table 2: (row, seed, status, test_bleu, test_bleu_tok, dev_ppl, test_ppl, train_seconds, train_flops)
+T2 = [("base", 0, "FINISHED", 20.0, 22.0, 5.0, 5.5, 600.0, 6.0e12),
+      ("base", 1, "FINISHED", 21.0, 23.0, 5.2, 5.7, 660.0, 6.6e12),
+      ("big", 0, "FAILED", None, None, None, None, None, None)]
+T2_FAILURE = "CUDA out of memory at step 12"
+T4_FAILURE = "ValueError: no trees in data/ptb-semi"
+
+
+def start(client: MlflowClient, study: str, rows: str) -> tuple[str, str]:
+    exp = client.create_experiment(study)
+    parent = client.create_run(exp, start_time=T0, tags={
+        "study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "False", "kind": "study",
+        "hardware": "2 CPU cores (test)", "command": f"python -m harness run studies/{study}.yaml --profile tiny",
+        "started": "2025-02-03T04:05:06", "table": study}).info.run_id
+    client.log_batch(parent, params=[Param("rows", rows), Param("seeds", "0")])
+    return exp, parent
+
+
+def trial(client, exp, parent, i, row, seed, kind, status, params, metrics, tags=None, reason=None):
+    tags = {"kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": str(seed), "trial_kind": kind,
+            "trial_key": f"{row}-s{seed}", **(tags or {}), **({"failure_reason": reason} if reason else {})}
+    run = client.create_run(exp, start_time=T0 + 1000 * (i + 1), tags=tags).info.run_id
+    client.log_batch(run, params=[Param(k, str(v)) for k, v in params.items()],
+                     metrics=[m if isinstance(m, Metric) else Metric(m[0], float(m[1]), 0, m[2]) for m in metrics])
+    client.set_terminated(run, status)
+
+
+def finish(client, parent, n_trials, n_failed):
+    client.log_batch(parent, metrics=[Metric("wall_seconds", 321.0, 0, 0), Metric("overhead_share", 0.125, 0, 0)],
+                     tags=[RunTag("n_trials", str(n_trials)), RunTag("n_failed", str(n_failed))])
+    client.set_terminated(parent, "FAILED" if n_failed else "FINISHED")
+
+
+def log_table1(client):
+    exp, parent = start(client, "table1", ",".join(T1))
+    for i, (layer, spec) in enumerate(T1.items()):
+        params = {"probe.layer": layer, "probe.ns": NS, "probe.ds": DS, "probe.n_fixed": 256, "probe.d_fixed": 64,
+                  "probe.batch": 16, "probe.k": 3, "probe.r": 16, "probe.path_k": 3, "probe.path_r": 4,
+                  "probe.path_ns": PATH_NS, "probe.device": "cpu"}
+        if spec is None:   # died two points into its n sweep
+            hist = [("fwd_s_vs_n", 1e-3 * n / 128, n) for n in NS[:2]]
+            trial(client, exp, parent, i, layer, 0, "scaling", "FAILED", params, hist, reason=T1_FAILURE)
+            continue
+        en, enb, ed, edb, over = spec
+        ms = []
+        for var, xs, e, eb in (("n", NS, en, enb), ("d", DS, ed, edb)):
+            ms += [(f"fwd_s_vs_{var}", 1e-4 * (x / xs[0]) ** e, x) for x in xs]
+            ms += [(f"fwd_bwd_s_vs_{var}", 3e-4 * (x / xs[0]) ** eb, x) for x in xs]
+        ms += [("mem_bytes_vs_n", 16 * n * (n if over.get("mem") else 64) * 4, n) for n in NS]
+        ms += [(name, v, n) for n, m in zip(PATH_NS, over["path"]) for name, v in (("path_measured", m),
+                                                                                   ("path_formula", m))]
+        seq_meas, seq_built, aten = over.get("seq", (1, 1, 3))
+        finals = {"exp_n_fwd": en, "exp_n_fwd_bwd": enb, "exp_d_fwd": ed, "exp_d_fwd_bwd": edb,
+                  "seq_ops_measured": seq_meas, "seq_ops_by_construction": seq_built, "seq_ops_n": 2048,
+                  "aten_ops_at_n": aten, "path_measured_max_n": over["path"][-1],
+                  "path_formula_max_n": over["path"][-1], "path_max_n": 17, "torch_threads": 1}
+        for fit in ("n_fwd", "n_fwd_bwd", "d_fwd", "d_fwd_bwd"):
+            finals[f"exp_{fit}_fixed_cost_dominated"] = over.get("dominated", {}).get(fit, 0)
+            finals[f"exp_{fit}_points_dropped"] = over.get("dropped", {}).get(fit, 0)
+        ms += [(k, v, 0) for k, v in finals.items()]
+        trial(client, exp, parent, i, layer, 0, "scaling", "FINISHED", params, ms, {"device": "cpu"})
+    finish(client, parent, len(T1), 1)
+    return parent
+
+
+def log_table2(client):
+    exp, parent = start(client, "table2", "base,big")
+    for i, (row, seed, status, bleu, tok, dev_ppl, test_ppl, secs, flops) in enumerate(T2):
+        big = row == "big"
+        params = {"model.n_layers": 3, "model.d_model": 128 if big else 64, "model.d_ff": 512 if big else 256,
+                  "model.n_heads": 16 if big else 8, "model.p_drop": 0.3 if big else 0.1,
+                  "train.average_last": 20 if big else 5, "train.seed": seed, "data.name": "synth"}
+        ms = [("train_loss", 7.0 - s / 100, s) for s in (10, 20)]
+        if status == "FINISHED":
+            ms += [(k, v, 800) for k, v in {
+                "test_bleu": bleu, "test_bleu_tok": tok, "dev_bleu": bleu - 1, "dev_bleu_tok": tok - 1,
+                "dev_ppl": dev_ppl, "test_ppl": test_ppl, "params": 1.2e6, "steps": 800, "train_seconds": secs,
+                "eval_seconds": 30.0, "train_flops": flops, "flops_per_target_token": 1.0e6, "tokens_seen": 6.0e6,
+                "device_matmul_tflops": 0.05, "averaged_checkpoints": 5}.items()]
+        trial(client, exp, parent, i, row, seed, "train", status, params, ms,
+              {"device": "cpu", "sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"},
+              reason=None if status == "FINISHED" else T2_FAILURE)
+    finish(client, parent, len(T2), 1)
+    return parent
+
+
+def log_table4(client):
+    exp, parent = start(client, "table4", "wsj_only,semi_supervised")
+    scores = {"f1": 45.2, "recall": 44.1, "precision": 46.3, "complete_match": 12.0, "average_crossing": 1.25,
+              "well_formed": 83.0, "parsed_sentences": 100}
+    for i, (row, trees) in enumerate((("semi_supervised", 10000), ("wsj_only", 1000))):   # out of order
+        params = {"data.train_pairs": trees, "data.name": "synth", "model.n_layers": 2, "model.d_model": 128,
+                  "train.beam_size": 21, "train.alpha": 0.3, "train.max_extra": 300, "train.seed": 0}
+        ms = [("train_loss", 6.0 - s / 100, s) for s in range(10, 61, 10)]
+        if row == "wsj_only":
+            finals = {**{f"test_{k}": v for k, v in scores.items()}, **{f"dev_{k}": v + 2.6 for k, v in scores.items()},
+                      "dev_ppl": 2.1, "test_ppl": 2.34, "params": 2.5e6, "steps": 600, "train_seconds": 900.0}
+            ms += [(k, v, 600) for k, v in finals.items()]
+            trial(client, exp, parent, i, row, 0, "train", "FINISHED", params, ms, {"device": "cpu"})
+        else:
+            trial(client, exp, parent, i, row, 0, "train", "FAILED", params, ms[:2], reason=T4_FAILURE)
+    finish(client, parent, 2, 1)
+    return parent
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """One store, one report directory: every table written into it (creating a sqlite schema takes seconds)."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    client = MlflowClient(uri)
+    ids = {"table1": log_table1(client), "table2": log_table2(client), "table4": log_table4(client)}
+    out = tmp_path_factory.mktemp("reports")
+    paths = {study: write_report(study, out, uri) for study in ids}
+    return out, paths, ids
+
+
+def md(out, study):
+    return (out / f"{study}.md").read_text()
+
+
+def line(text: str, start: str) -> str:
+    return next(ln for ln in text.splitlines() if ln.startswith(start))
+
+
+def csv(out, study):
+    return pd.read_csv(out / f"{study}.csv").set_index("row", drop=False)
+
+
+EXPECTED = {"table1": {"time_vs_n", "time_vs_d", "path_length"}, "table2": {"bleu_vs_cost", "utilization"},
+            "table4": {"f1", "learning_curves"}}
+
+
+@pytest.mark.parametrize("study", sorted(EXPECTED))
+def test_files_header_and_index(reports, study):
+    out, paths, ids = reports
+    names = {p.name for p in paths[study]}
+    assert names == {f"{study}.md", f"{study}.csv", "README.md", *(f"{study}_{k}.png" for k in EXPECTED[study])}
+    assert not list(out.glob(".*.tmp"))
+    for kind in EXPECTED[study]:
+        png = out / f"{study}_{kind}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC
+        assert min(imread(png).shape[:2]) > 100
+        assert f"![{study}_{kind}]({study}_{kind}.png)" in md(out, study)
+    text = md(out, study)
+    head = text.split("\n|")[0]                      # the shared header, above the first table
+    caption = load_tables()[study]["caption"]
+    assert text.startswith(f"# {study}: {caption}\n")
+    assert f"python -m harness run studies/{study}.yaml --profile tiny" in head and SHA in head
+    assert ids[study] in head and "321 s" in head and "12.5 %" in head and "2 CPU cores (test)" in head
+    assert "**Provenance:**" in head
+    index = (out / "README.md").read_text()
+    assert f"[{study}]({study}.md)" in index and f"studies/{study}.yaml" in index
+
+
+def test_table1_theory_beside_measurement(reports):
+    out, _, _ = reports
+    text, table = md(out, "table1"), csv(out, "table1")
+    assert table["row"].tolist() == list(T1)                       # the study file's order
+    for layer in ("sdpa", "plain", "restricted", "rnn_torch", "conv", "conv_separable", "conv_dilated"):
+        ln, p = line(text, f"| **{layer}** |"), PAPER[layer]
+        en, enb, ed, edb, over = T1[layer]
+        assert f"| {p['row']} | {p['complexity']} | {p['exp_n']:g} | {en:.2f} | {enb:.2f} | {p['exp_d']:g} |" in ln
+        assert f"| {p['seq']} |" in ln and f"| {p['path']} | {over['path'][-1]} | {over['path'][-1]} (n=17) |" in ln
+    assert "| 0.45† | 0.62 |" in line(text, "| **restricted** |")       # fixed-cost dominated fit marked
+    assert "| 1 (n=2048) |" in line(text, "| **rnn_torch** |")
+    failed = line(text, "| **rnn_loop** |")
+    assert f"FAILED: {T1_FAILURE}" in failed and "| Recurrent | O(n d^2) |" in failed and "| – | – |" in failed
+    assert table.loc["rnn_loop", "status"] == "FAILED" and table.loc["rnn_loop", "failure_reason"] == T1_FAILURE
+    assert pd.isna(table.loc["rnn_loop", "exp_n_fwd"])
+    assert {"paper_complexity", "paper_exp_n", "exp_n_fwd", "exp_n_fwd_bwd", "paper_exp_d", "exp_d_fwd_bwd",
+            "paper_seq_ops", "seq_ops_measured", "aten_ops_at_n", "paper_path", "path_formula_max_n",
+            "path_measured_max_n", "path_max_n", "time_ratio_n_fwd", "mem_exp_n", "device"} <= set(table.columns)
+    assert table.loc["plain", "time_ratio_n_fwd"] == pytest.approx(16 ** 2.31, rel=1e-4)
+    assert table.loc["plain", "mem_exp_n"] == pytest.approx(2.0)
+    assert table.loc["conv", "paper_exp_d"] == 2 and table.loc["sdpa", "device"] == "cpu"
+
+
+def test_table1_notes_from_the_numbers(reports):
+    out, _, _ = reports
+    notes = md(out, "table1").split("## Where measurement and theory part")[1].split("![")[0]
+    # |measured - paper| > 0.2, with the sweep's time ratio and the fixed-cost diagnosis
+    assert ("`restricted`: exponent in d (forward) 0.45 against the paper's 1 (-0.55); time grew "
+            f"{16 ** 0.45:.1f}x over d = 64..1024, where d^1 predicts 16x; fixed costs dominate") in notes
+    assert "`restricted`: exponent in d (forward + backward) 0.62" in notes and "2 smallest point(s) dropped" in notes
+    assert "`plain`: exponent in n (forward) 2.31 against the paper's 2 (+0.31)" in notes
+    assert "`conv_separable`: exponent in d (forward) 1.70 against the paper's 2 (-0.30)" in notes
+    assert "`sdpa`: exponent" not in notes and "`conv`: exponent" not in notes    # within 0.2
+    assert "superlinear" in notes and "256.0 MiB at n = 2048" in notes and "n^2.00" in notes and "8.00 MiB" in notes
+    assert "`rnn_torch`: 2048 sequential steps by construction" in notes and "1 aten op(s)" in notes
+    assert "through 3 stacked layers at n = 17" in notes and "contiguous `conv` through 8" in notes
+    assert f"`rnn_loop`: FAILED: {T1_FAILURE}" in notes
+
+
+def test_table2_paper_and_ours(reports):
+    out, _, _ = reports
+    text, table, t2 = md(out, "table2"), csv(out, "table2"), load_tables()["table2"]
+    published = text.split("## The paper's Table 2, as published")[1].split("## Ours")[0]
+    for name, r in t2["rows"].items():
+        ln = line(published, f"| {name} |")
+        for key in ("bleu_en_de", "bleu_en_fr"):
+            assert (f"| {r[key]:g} " if r[key] is not None else "| – ") in ln + " "
+        for key in ("cost_en_de", "cost_en_fr"):
+            assert (f"| {r[key]:.1e} " if r[key] is not None else "| – ") in ln + " "
+    base = line(text, "| **base** |")
+    paper_base = t2["rows"]["Transformer (base model)"]
+    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | 5.10 | 5.60 | 1.2 |" in base
+    assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
+    assert f"| {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
+    big = line(text, "| **big** |")
+    assert "0/1 FAILED" in big and f"FAILED: {T2_FAILURE}" in big and "| – / 20 |" in big
+    assert table.loc["base", "test_bleu_tok_mean"] == pytest.approx(22.5)
+    assert table.loc["base", "test_bleu_std"] == pytest.approx(math.sqrt(0.5), abs=1e-4)
+    assert table.loc["base", "implied_utilization"] == pytest.approx(0.2)
+    assert table.loc["base", "cost_paper_way"] == pytest.approx(0.05e12 * 630)
+    assert table.loc["big", "paper_bleu_en_de"] == pytest.approx(t2["rows"]["Transformer (big)"]["bleu_en_de"])
+    assert table.loc["big", "failure_reason"] == T2_FAILURE and pd.isna(table.loc["big", "test_bleu_mean"])
+    own = text.split("## The paper's own cost, two ways")[1]
+    for c in training_costs():
+        ln = line(own, f"| {c['model']} |")
+        assert f"| {c['paper_cost']:.1e} | {c['paper_method_recomputed']:.2e} |" in ln
+        assert f"| {c['counted_cost']:.2e} | {100 * c['implied_utilization']:.1f} % |" in ln
+    assert "made-up corpus" in text and "not comparable" in text and "nrefs:1|case:mixed|tok:13a" in text
+
+
+def test_table4_paper_and_ours(reports):
+    out, _, _ = reports
+    text, table, t4 = md(out, "table4"), csv(out, "table4"), load_tables()["table4"]
+    published = text.split("## Table 4 as published, ours beside")[1].split("## Ours in detail")[0]
+    for name, spec in t4["rows"].items():
+        assert f"| {name} | {spec['training']} | {spec['f1']:.1f} |" in published
+    wsj = next(n for n, s in t4["rows"].items() if s.get("ours") == "wsj_only")
+    semi = next(n for n, s in t4["rows"].items() if s.get("ours") == "semi_supervised")
+    assert line(published, f"| {wsj} |").endswith("| 45.20 (`wsj_only`) |")
+    assert f"FAILED: {T4_FAILURE} (`semi_supervised`)" in line(published, f"| {semi} |")
+    assert table["row"].tolist() == ["wsj_only", "semi_supervised"]      # the paper's order
+    ours = line(text, "| **wsj_only** |")
+    assert ("| synth | 1000 | 2 | 128 | 21 | 0.3 | 1/1 | 45.20 | 47.80 | 44.10 | 46.30 | 12.00 | 1.25 | 83.0 | 2.34 "
+            f"| 2.5 | 600 | 15.0 | {t4['rows'][wsj]['f1']:.1f} |") in ours
+    failed = line(text, "| **semi_supervised** |")
+    assert "| 10000 |" in failed and "0/1 FAILED" in failed and T4_FAILURE in failed
+    assert table.loc["semi_supervised", "failure_reason"] == T4_FAILURE
+    assert table.loc["wsj_only", "paper_f1"] == pytest.approx(t4["rows"][wsj]["f1"])
+    assert {"test_f1", "dev_f1", "test_recall", "test_precision", "test_complete_match", "test_average_crossing",
+            "test_well_formed", "train_trees", "beam", "alpha", "params_M", "train_minutes"} <= set(table.columns)
+    assert "made-up grammar" in text and "not comparable" in text
