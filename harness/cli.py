@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=_cmd_probe_evalb)
 
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
-    be.add_argument("--preset", default="tiny")
+    be.add_argument("--preset", default="tiny", help="a preset, or several separated by commas "
+                    "(GPU check: tiny,paper_base,paper_big --compile)")
     be.add_argument("--device", default="auto")
     be.add_argument("--dtype", default="auto", help="fp32 | bf16 | auto (bf16 on CUDA, fp32 on CPU)")
     be.add_argument("--tokens", type=int, default=0, help="target tokens per batch (0: 25000 on GPU, 4096 on CPU)")

@@ -13,6 +13,7 @@ import datetime
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +101,38 @@ def _print_trials(study: Study) -> None:
           f"tokens; data: {study.trials[0].data['name']})")
 
 
+def _check_writable(run_dir: Path, what: str) -> None:
+    """Before any run is created: the trials' checkpoints and logs go here."""
+    existed = run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.touch()
+        probe.unlink()
+        if not existed:
+            run_dir.rmdir()       # checked, not created: nothing is left behind if a later check fails
+    except OSError as err:
+        raise UserError(f"{what} {run_dir} cannot be written ({err.strerror or type(err).__name__}); "
+                        "give a writable directory with --runs-dir.") from None
+
+
+def _check_ray_address(address: str) -> None:
+    """ray.init keeps retrying an address where nothing listens (minutes): try the port once, quickly."""
+    import socket
+    if address == "auto" or address.startswith("local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto; check --address / "
+                        "RAY_ADDRESS.")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise UserError(f"cannot join Ray at {address}: nothing answers on {host}:{port} "
+                        f"({err.strerror or type(err).__name__}); check --address / RAY_ADDRESS.") from None
+
+
 def _trainable(config: dict) -> None:
     from ray import tune
 
@@ -178,6 +211,9 @@ def run_study(args) -> int:
         return 0
 
     uri = tracking_uri()
+    _check_writable(Path(args.runs_dir).resolve(), "--runs-dir")
+    if args.address or os.environ.get("RAY_ADDRESS"):
+        _check_ray_address(args.address or os.environ["RAY_ADDRESS"])
     tracking = StudyTracking(uri, study.name)
     parent = tracking.latest_parent(study.profile, study.version) if args.resume else None
     todo = study.trials
@@ -215,15 +251,23 @@ def run_study(args) -> int:
     else:
         parent_id = parent.info.run_id
         run_dir = Path(parent.data.tags["run_dir"])
+        _check_writable(run_dir, "the resumed study's run directory")
         tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
         print(f"resuming {study.name} (MLflow run {parent_id}): {len(todo)} of {len(study.trials)} trials left")
 
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -estimated_flops(t))
-    results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
-        "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
-        "cwd": str(Path.cwd()), "tags": tags}, args)
+    try:
+        results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
+            "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
+            "cwd": str(Path.cwd()), "tags": tags}, args)
+    except UserError:           # Ray could not start or has no GPUs: leave no run behind
+        if parent is None:
+            tracking.discard_parent(parent_id)
+        else:
+            tracking.end_parent(parent_id, "KILLED", {}, {})
+        raise
     done, failed = _summary(tracking, parent_id, study)
     wall = time.perf_counter() - t_start
     cost = overhead_account(results, wall, concurrency)
@@ -255,13 +299,19 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")   # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     address = args.address or os.environ.get("RAY_ADDRESS") or None
+    # A local Ray listens on the loopback interface only; joining a cluster uses the cluster's addresses.
+    local = {} if address else {"_node_ip_address": "127.0.0.1"}
     t0 = time.perf_counter()
     try:
         ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                 configure_logging=True)
+                 configure_logging=True, **local)
     except Exception as err:  # a wrong address, an unreachable cluster
         raise UserError(f"cannot start or join Ray (address {address or 'local'}): "
                         f"{str(err).splitlines()[0][:200]}; check --address / RAY_ADDRESS.") from None
+    # SIGTERM (a scheduler, `kill`) stops the study the way Ctrl-C does: trials stop, the parent run is marked
+    # KILLED and --resume finishes it. Installed after ray.init, whose own handler aborts the process.
+    # (SIGKILL cannot be caught: --resume copes with what it leaves.)
+    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
         cluster = ray.cluster_resources()
         cpu = max(1, int(study.resources.get("cpu", 1)))
@@ -303,5 +353,6 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
         ray.shutdown()
         return results, len(results) + errors < len(todo), concurrency, ray_seconds + time.perf_counter() - t1
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if ray.is_initialized():
             ray.shutdown()

@@ -202,9 +202,7 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     for sec in overrides.SECTIONS:
         prof_over[sec].update(_section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"),
                                                  f"{where}.{sec}", sec)[sec])
-    resources = _resources(chk, raw, prof, where)
-    requires = chk.mapping(prof.get("requires"), f"{where}.requires")
-    chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
+    resources, requires = _resources(chk, raw, prof, where)
 
     chosen = _pick_rows(path, all_rows, rows)
     chosen_seeds = seeds if seeds else study_seeds
@@ -263,14 +261,16 @@ def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
     return chosen
 
 
-def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> dict:
+def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> tuple[dict, dict]:
     resources = {"cpu": 1, "gpu": 0, **chk.mapping(raw.get("resources"), "resources"),
                  **chk.mapping(prof.get("resources"), f"{where}.resources")}
     chk.keys(resources, "resources", RESOURCE_KEYS)
     for key, value in resources.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             chk.fail(f"resources.{key}", f"must be a number >= 0, got {value!r}.")
-    return resources
+    requires = chk.mapping(prof.get("requires"), f"{where}.requires")
+    chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
+    return resources, requires
 
 
 def _probe_settings(chk: _Checker, values: dict, where: str) -> dict:
@@ -298,9 +298,7 @@ def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
     where = f"profiles.{profile}"
     chk.keys(prof, where, PROBE_PROFILE_KEYS)
     prof_probe = _probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
-    resources = _resources(chk, raw, prof, where)
-    requires = chk.mapping(prof.get("requires"), f"{where}.requires")
-    chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
+    resources, requires = _resources(chk, raw, prof, where)
     chosen = _pick_rows(path, all_rows, rows)
     chosen_seeds = seeds if seeds else study_seeds
     trials = []

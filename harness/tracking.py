@@ -101,6 +101,10 @@ class StudyTracking:
                               tags=[RunTag(k, str(v)) for k, v in tags.items()])
         self.client.set_terminated(run_id, status)
 
+    def discard_parent(self, run_id: str) -> None:
+        """A parent run whose study could not start at all (deleted: it holds nothing)."""
+        self.client.delete_run(run_id)
+
     def mark_unfinished(self, parent_id: str, status: str = "KILLED") -> None:
         """Children left RUNNING by an interrupted invocation (a killed process reaps nothing)."""
         for run in self.children(parent_id):
@@ -108,23 +112,57 @@ class StudyTracking:
                 self.client.set_terminated(run.info.run_id, status)
 
 
+# A trial talks to the store through MLflow's REST client, which by default retries a failed request 7 times
+# with exponential backoff (minutes of a stalled training loop per call while a server is down). Trials use
+# a short leash instead and buffer what they could not send (TrialRun); users' own settings win.
+TRIAL_HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+WAIT_ENV = "HARNESS_MLFLOW_WAIT_S"     # how long a finishing trial waits for an unreachable store (default 300)
+
+
+def _unreachable(err: BaseException) -> bool:
+    """A store that cannot be reached (server down, network, locked database), as opposed to a request the
+    store refused (those are bugs: raised at once)."""
+    import requests
+    if isinstance(err, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError,
+                        TimeoutError)):
+        return True
+    text = str(err)
+    return any(s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError",
+                                   "timed out", "database is locked", "Failed to establish"))
+
+
 class TrialRun:
-    """A worker's child run, reopened (not duplicated) when the same trial runs again after a resume or retry."""
+    """A worker's child run, reopened (not duplicated) when the same trial runs again after a resume or retry.
+
+    Metrics are buffered and sent in batches. While the store is unreachable they stay in the buffer (and
+    in the trial's metrics.jsonl) and go out when it answers again; a finishing trial waits up to
+    HARNESS_MLFLOW_WAIT_S seconds for it, then fails with a reason that says where the metrics are. A
+    reopened run skips training steps it already holds (a retried trial recomputes the steps after its
+    last checkpoint; on CPU they are bit-identical) and records how many attempts the trial took."""
 
     def __init__(self, uri: str, experiment_id: str, parent_id: str, trial_key: str, tags: dict[str, Any],
                  params: dict[str, str], flush_every_s: float = 10.0):
+        for key, value in TRIAL_HTTP_SETTINGS.items():
+            os.environ.setdefault(key, value)
+        self.uri = uri
         self.client = MlflowClient(uri)
         self.seconds = 0.0                # time spent talking to MLflow (the harness reports it as overhead)
         t0 = time.perf_counter()
         found = self.client.search_runs(
             [experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)} and tags.trial_key = {_quote(trial_key)}")
+        self.logged_through = -1          # last training step this run already holds
         if found:
             self.run_id = found[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
+            attempts = int(found[0].data.tags.get("attempts", "1")) + 1
+            self.client.set_tag(self.run_id, "attempts", str(attempts))
+            history = self.client.get_metric_history(self.run_id, "train_loss")
+            self.logged_through = max((m.step for m in history), default=-1)
             self.reopened = True
         else:
             all_tags = {**{k: str(v) for k, v in tags.items()}, "kind": CHILD_KIND, "trial_key": trial_key,
-                        "mlflow.parentRunId": parent_id}
+                        "mlflow.parentRunId": parent_id, "attempts": "1"}
             self.run_id = self.client.create_run(experiment_id, tags=all_tags, run_name=trial_key).info.run_id
             items = [Param(k, v[:6000]) for k, v in params.items()]
             for i in range(0, len(items), 100):           # MLflow takes at most 100 params a batch
@@ -132,29 +170,73 @@ class TrialRun:
             self.reopened = False
         self.buffer: list[Metric] = []
         self.flush_every_s, self.last_flush = flush_every_s, time.perf_counter()
+        self.unreachable_since: float | None = None
         self.seconds += time.perf_counter() - t0
 
+    def backfill(self, metrics_jsonl: Path) -> int:
+        """Send the rows of an earlier attempt's metrics.jsonl that never reached the store (it was down
+        when that attempt died). Returns how many rows were queued."""
+        import json
+        rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
+            if metrics_jsonl.exists() else []
+        missing = [r for r in rows if r.get("step", -1) > self.logged_through and "train_loss" in r]
+        for r in missing:
+            self.log_step(r["step"], {k: v for k, v in r.items() if k != "step"})
+        return len(missing)
+
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        """Per-step training metrics; steps the run already holds are not sent twice."""
+        if "train_loss" in metrics and step <= self.logged_through:
+            return
+        if "train_loss" in metrics:
+            self.logged_through = step
+        self._add(step, metrics)
+
+    def _add(self, step: int, metrics: dict[str, Any]) -> None:
         now = int(time.time() * 1000)
         self.buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items()
                            if isinstance(v, (int, float)) and not isinstance(v, bool))
         if len(self.buffer) >= 500 or time.perf_counter() - self.last_flush >= self.flush_every_s:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, wait_s: float = 0.0) -> None:
+        """Send the buffer. An unreachable store keeps it for the next flush; with wait_s > 0, retry for that
+        long, then raise."""
         t0 = time.perf_counter()
-        while self.buffer:
-            chunk = self.buffer[:1000]                    # MLflow takes at most 1000 metrics a batch
-            self.client.log_batch(self.run_id, metrics=chunk)
-            del self.buffer[:len(chunk)]
-        self.last_flush = time.perf_counter()
-        self.seconds += self.last_flush - t0
+        deadline = t0 + wait_s
+        try:
+            while self.buffer:
+                chunk = self.buffer[:1000]                # MLflow takes at most 1000 metrics a batch
+                try:
+                    self.client.log_batch(self.run_id, metrics=chunk)
+                except Exception as err:
+                    if not _unreachable(err):
+                        raise
+                    if self.unreachable_since is None:
+                        self.unreachable_since = time.time()
+                        print(f"MLflow store {self.uri} unreachable ({type(err).__name__}); buffering metrics",
+                              flush=True)
+                    if time.perf_counter() >= deadline:
+                        if wait_s:
+                            raise RuntimeError(
+                                f"the MLflow store {self.uri} stayed unreachable for "
+                                f"{time.time() - self.unreachable_since:.0f} s; {len(self.buffer)} metric values "
+                                "were not sent (they are in the trial's metrics.jsonl and are sent when the "
+                                "trial is retried or resumed)") from None
+                        return
+                    time.sleep(min(5.0, max(0.0, deadline - time.perf_counter())))
+                    continue
+                del self.buffer[:len(chunk)]
+                self.unreachable_since = None
+        finally:
+            self.last_flush = time.perf_counter()
+            self.seconds += self.last_flush - t0
 
     def log_final(self, metrics: dict[str, Any], step: int) -> None:
         """Final numbers as metrics at the last step; strings (e.g. the sacreBLEU signature) as tags."""
-        self.log_step(step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        self._add(step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         tags = [RunTag(k, str(v)) for k, v in metrics.items() if isinstance(v, str)]
-        self.flush()
+        self.flush(wait_s=float(os.environ.get(WAIT_ENV, "300")))
         t0 = time.perf_counter()
         if tags:
             self.client.log_batch(self.run_id, tags=tags)
@@ -170,7 +252,7 @@ class TrialRun:
     def finish(self, status: str = "FINISHED", reason: str | None = None) -> None:
         t0 = time.perf_counter()
         try:
-            self.flush()
+            self.flush(wait_s=float(os.environ.get(WAIT_ENV, "300")) if status == "FINISHED" else 0.0)
         finally:
             if reason:
                 self.client.set_tag(self.run_id, "failure_reason", reason[:5000])

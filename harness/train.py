@@ -97,7 +97,10 @@ def autocast_for(device: torch.device, amp: bool) -> Callable[[], contextlib.Abs
 def save_checkpoint(path: Path, state: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
+    with open(tmp, "wb") as f:        # written whole and synced, then renamed: a reader sees all or nothing
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -107,6 +110,32 @@ def load_checkpoint(path: Path) -> dict:
     except Exception as err:  # a truncated or foreign file: say which, never unpickle arbitrary objects
         raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}); delete it to restart "
                         "from the previous one.") from None
+
+
+def latest_readable_checkpoint(ckpt_dir: Path) -> dict | None:
+    """The newest checkpoint that loads. One that does not (truncated, corrupted) is renamed *.corrupt, with
+    a warning, and the one before it is used; the trial then repeats the steps in between."""
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return load_checkpoint(path)
+        except UserError as err:
+            path.rename(path.with_name(path.name + ".corrupt"))
+            print(f"warning: {err} Renamed it {path.name}.corrupt; resuming from the one before.",
+                  file=sys.stderr, flush=True)
+    return None
+
+
+def _inject(kind: str, step: int, out: Path, loss_sum: torch.Tensor) -> torch.Tensor:
+    """Fault injection for the reliability tests; see harness/trial.py injected_fault."""
+    if kind == "nan":
+        return loss_sum * float("nan")
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step})")
+    marker = out / f".crashed_at_{step}"
+    if kind == "crash" and not marker.exists():
+        marker.touch()
+        os._exit(17)                 # the worker dies without cleanup, as a killed process does
+    return loss_sum
 
 
 def list_checkpoints(ckpt_dir: Path) -> list[Path]:
@@ -142,10 +171,11 @@ class Progress:
 
 def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
           quiet: bool = False, dataset: Dataset | None = None,
-          on_log: Callable[[int, dict], None] | None = None) -> dict:
+          on_log: Callable[[int, dict], None] | None = None, fault: tuple[str, int] | None = None) -> dict:
     """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics.
 
-    on_log(step, metrics) receives the periodic training metrics (the study runner forwards them to MLflow)."""
+    on_log(step, metrics) receives the periodic training metrics (the study runner forwards them to MLflow).
+    fault: (kind, step) injected by the reliability tests (harness/trial.py injected_fault)."""
     train_cfg.validate()
     device = resolve_device(train_cfg.device)
     autocast = autocast_for(device, train_cfg.amp)
@@ -169,7 +199,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     # Compile the loss (encoder, decoder, projection, cross-entropy); batch shapes vary, hence dynamic.
     loss_fn = torch.compile(model.loss, dynamic=True) if train_cfg.compile else model.loss
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
-                           eps=train_cfg.adam_eps, fused=device.type == "cuda")
+                           eps=train_cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
     lr_at = lambda s: learning_rate(s, model_cfg.d_model, train_cfg.warmup, train_cfg.lr_scale)  # noqa: E731
 
     train_data = data.train.data
@@ -181,12 +211,11 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
 
     ckpt_dir = out / "checkpoints"
     step, epoch, position, train_seconds, tokens_seen = 0, 0, 0, 0.0, 0
-    existing = list_checkpoints(ckpt_dir)
-    if existing:
-        state = load_checkpoint(existing[-1])
+    state = latest_readable_checkpoint(ckpt_dir)
+    if state is not None:
         if state.get("version") != CHECKPOINT_VERSION or state.get("config") != resolved:
-            raise UserError(f"checkpoint {existing[-1]} was written by another config or version; use a new "
-                            "--out directory or delete its checkpoints.")
+            raise UserError(f"checkpoint {list_checkpoints(ckpt_dir)[-1]} was written by another config or "
+                            "version; use a new --out directory or delete its checkpoints.")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, epoch, position = state["step"], state["epoch"], state["position"]
@@ -218,7 +247,15 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         return index
 
     progress = Progress(train_cfg.steps, train_cfg.max_minutes, quiet)
-    history = (out / "metrics.jsonl").open("a")      # one JSON row per log interval, kept across resumes
+    # One JSON row per log interval, kept across resumes; rows past the checkpoint resumed from (written by
+    # an attempt that died later) are dropped, since those steps are about to be trained again.
+    history_path = out / "metrics.jsonl"
+    if history_path.exists():
+        rows = [ln for ln in history_path.read_text().splitlines() if ln.strip()]
+        kept = [ln for ln in rows if json.loads(ln).get("step", 0) <= step]
+        if len(kept) < len(rows):
+            history_path.write_text("".join(ln + "\n" for ln in kept))
+    history = history_path.open("a")
 
     def record(step: int, row: dict) -> None:
         history.write(json.dumps({"step": step, **row}) + "\n")
@@ -246,6 +283,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
                 loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
             (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
             loss_sum += loss.detach()
+        if fault and fault[1] == step + 1:
+            loss_sum = _inject(fault[0], step + 1, out, loss_sum)
         loss_value = float(loss_sum) / n_tokens
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss became {loss_value} at step {step + 1}; the update was skipped.")

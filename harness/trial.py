@@ -4,6 +4,7 @@ nothing of Ray: it takes the resolved trial and where to log, and returns its fi
 from __future__ import annotations
 
 import json
+import os
 import time
 import traceback
 from pathlib import Path
@@ -44,12 +45,17 @@ def run_trial(spec: dict, ctx: dict) -> dict:
     params = {"probe": trial.probe} if trial.kind == "scaling" else \
         {"model": trial.model, "train": trial.train, "data": trial.data}
     run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "worker.pid").write_text(f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
     body = _scaling_trial if trial.kind == "scaling" else _training_trial
     try:
         metrics, summary = body(trial, out_dir, run)
     except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
         reason = f"{type(err).__name__}: {err}"
-        run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
+        try:
+            run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
+        except Exception:         # the store itself is what failed: nothing more can be recorded there
+            pass
         raise
     run.finish("FINISHED")
     wall = time.perf_counter() - t_start
@@ -58,9 +64,30 @@ def run_trial(spec: dict, ctx: dict) -> dict:
             "started_at": started_at, "ended_at": time.time()}
 
 
+FAULT_ENV = "HARNESS_INJECT_FAULT"
+
+
+def injected_fault(row: str) -> tuple[str, int] | None:
+    """Fault injection for the reliability tests (docs/reliability.md): HARNESS_INJECT_FAULT="KIND@ROW:STEP"
+    with KIND nan (the loss of that step becomes NaN), oom (an out-of-memory error at that step) or crash
+    (the worker process dies at that step, once: a retry gets past it). Several faults: comma-separated."""
+    for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+        try:
+            kind, rest = item.split("@", 1)
+            where, step = rest.rsplit(":", 1)
+            if where == row and kind in ("nan", "oom", "crash"):
+                return kind, int(step)
+        except ValueError:
+            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP (KIND nan, oom or crash)") from None
+    return None
+
+
 def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
     model_cfg, train_cfg, data_cfg = trial.configs()
-    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step)
+    if run.reopened:     # rows an earlier attempt wrote while the store was unreachable
+        run.backfill(out_dir / "metrics.jsonl")
+    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step,
+                    fault=injected_fault(trial.row))
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
     from .probes.flops import count_analytic

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from harness.paper import load_tables, table3_model_overrides
@@ -266,3 +267,18 @@ def test_seeded_forward_is_golden():
 
 # Recorded from this implementation (torch 2.13, CPU, fp32) when the test was written.
 GOLDEN_MEAN, GOLDEN_STD = 0.047786958515644073, 1.1008261442184448
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_smoothed_cross_entropy_matches_torch_and_gradchecks(eps):
+    from model.transformer import SmoothedCrossEntropy
+    torch.manual_seed(1)
+    z = torch.randn(9, 13, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 13, (9,))
+    loss, nll = SmoothedCrossEntropy.apply(z, t, eps)
+    assert torch.allclose(loss, F.cross_entropy(z, t, reduction="sum", label_smoothing=eps), atol=1e-12)
+    assert torch.allclose(nll, F.cross_entropy(z, t, reduction="sum"), atol=1e-12) and not nll.requires_grad
+    (g,) = torch.autograd.grad(loss * 0.37, z)
+    (ref,) = torch.autograd.grad(F.cross_entropy(z, t, reduction="sum", label_smoothing=eps) * 0.37, z)
+    assert torch.allclose(g, ref, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: SmoothedCrossEntropy.apply(x, t, eps)[0], (z,))

@@ -39,6 +39,8 @@ ELEMENTWISE_OK = {
     "aten::add", "aten::mul", "aten::div", "aten::sub", "aten::rsub", "aten::neg", "aten::sum", "aten::mean",
     "aten::log_softmax", "aten::softmax", "aten::silu", "aten::gelu", "aten::rms_norm", "aten::embedding",
     "aten::sin", "aten::cos", "aten::stack", "aten::ne", "aten::all", "aten::to", "aten::type_as",
+    # the label-smoothed cross-entropy (model/transformer.py): a log-softmax and reductions over the logits
+    "prim::PythonOp.SmoothedCrossEntropy",
 }
 
 

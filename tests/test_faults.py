@@ -1,0 +1,320 @@
+"""Fault injection at tiny sizes (docs/reliability.md): the driver killed (SIGKILL, SIGTERM) mid-study and
+resumed, a worker dying mid-trial, an injected NaN and out-of-memory error, the MLflow server going away
+mid-trial, an unwritable runs directory, a corrupted checkpoint. Each asserts that no trial is lost, no
+MLflow run is duplicated, and, where training is interrupted and resumed, that the final metrics equal an
+uninterrupted run's exactly (CPU, fp32)."""
+
+import dataclasses
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.data.corpus import DataConfig
+from harness.train import TrainConfig, train
+from model import get_preset
+
+pytestmark = pytest.mark.slow
+
+STUDY = """
+study: faults
+version: 1
+seeds: [0]
+max_failures: MAXF
+resources: {cpu: 2}
+base: {preset: tiny}
+rows:
+  base: {}
+  A1: {n_heads: 1}
+  C1: {d_ff: 32}
+profiles:
+  tiny:
+    model: {d_model: 32, d_ff: 64, n_layers: 1, vocab_size: 300, max_len: 128}
+    train: {steps: STEPS, warmup: 20, max_tokens: 600, batch_tokens: 600, checkpoint_every: 25,
+            checkpoint_minutes: 0, log_every: 5, bleu_sentences: 4, max_extra: 3}
+    data: {train_pairs: 1000, dev_pairs: 8, test_pairs: 8, cache_dir: CACHE}
+"""
+
+
+def _study(tmp_path: Path, steps: int = 150, max_failures: int = 1, cache: Path | None = None) -> Path:
+    path = tmp_path / "faults.yaml"
+    path.write_text(STUDY.replace("CACHE", str(cache or tmp_path / "cache")).replace("STEPS", str(steps))
+                    .replace("MAXF", str(max_failures)))
+    return path
+
+
+def _cmd(study: Path, runs: Path) -> list[str]:
+    return [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(runs)]
+
+
+def _env(uri: str, **extra) -> dict:
+    return {**os.environ, "MLFLOW_TRACKING_URI": uri, **extra}
+
+
+def _runs(uri: str):
+    from mlflow import MlflowClient
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("faults")
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    return client, [r for r in runs if r.data.tags.get("kind") == "study"], \
+        [r for r in runs if r.data.tags.get("kind") == "trial"]
+
+
+def _steps(client, run_id: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, "train_loss"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The same study, uninterrupted: what every interrupted-and-resumed run must reproduce exactly."""
+    tmp = tmp_path_factory.mktemp("reference")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    done = subprocess.run(_cmd(_study(tmp), tmp / "runs"), cwd=tmp, env=_env(uri), capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    client, _, children = _runs(uri)
+    return {r.data.tags["row"]: r.data.metrics["dev_ppl"] for r in children}, tmp / "cache"
+
+
+def _wait_for(predicate, proc, timeout=600, what="the condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the study ended before {what}: {proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
+    ref, cache = reference
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study, runs = _study(tmp_path, cache=cache), tmp_path / "runs"
+    _runs(uri)        # create the store first: polling a store the driver is still migrating races it
+    proc = subprocess.Popen(_cmd(study, runs), cwd=tmp_path, env=_env(uri), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ckpts = lambda: [p for p in runs.glob("*/*/checkpoints/step_*.pt")]  # noqa: E731
+
+    def one_done_and_one_midway() -> bool:
+        _, _, children = _runs(uri)
+        finished = {r.data.tags["row"] for r in children if r.info.status == "FINISHED"}
+        midway = {p.parts[-3].rsplit("-s", 1)[0] for p in ckpts()} - finished
+        return bool(finished) and bool(midway)
+    _wait_for(one_done_and_one_midway, proc, what="one finished trial and one with a checkpoint")
+    client, _, before = _runs(uri)
+    first_done = {r.data.tags["row"]: r.info.end_time for r in before if r.info.status == "FINISHED"}
+    pids = [int(p.read_text()) for p in runs.glob("*/*/worker.pid")]
+    os.kill(proc.pid, sig)
+    out, _ = proc.communicate(timeout=300)
+    if sig == signal.SIGTERM:
+        assert proc.returncode != 0 and "--resume" in out, out
+    # No orphan keeps training in the run directory once the driver is gone.
+    _wait_for(lambda: not any(_pid_alive(p) for p in pids), None, timeout=120, what="the workers to exit")
+
+    again = subprocess.run(_cmd(study, runs) + ["--resume"], cwd=tmp_path, env=_env(uri), capture_output=True,
+                           text=True, timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr
+    client, parents, children = _runs(uri)
+    assert len(parents) == 1 and parents[0].data.tags.get("resumed") == "true"
+    assert parents[0].info.status == "FINISHED"
+    assert sorted(r.data.tags["row"] for r in children) == ["A1", "C1", "base"]       # one run per trial
+    for r in children:
+        assert r.info.status == "FINISHED"
+        assert _steps(client, r.info.run_id) == list(range(5, 151, 5)), r.data.tags["row"]   # none lost or twice
+        assert r.data.metrics["dev_ppl"] == ref[r.data.tags["row"]], r.data.tags["row"]      # exactly
+    for row, end in first_done.items():      # finished trials were not run again
+        assert next(r for r in children if r.data.tags["row"] == row).info.end_time == end
+
+
+def _with_fault(tmp_path: Path, cache: Path, fault: str) -> tuple[str, subprocess.CompletedProcess]:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run(_cmd(_study(tmp_path, cache=cache), tmp_path / "runs"), cwd=tmp_path,
+                          env=_env(uri, HARNESS_INJECT_FAULT=fault), capture_output=True, text=True, timeout=900)
+    return uri, done
+
+
+def test_worker_dying_mid_trial_is_retried_from_its_checkpoint(tmp_path, reference):
+    ref, cache = reference
+    uri, done = _with_fault(tmp_path, cache, "crash@A1:60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    client, parents, children = _runs(uri)
+    assert len(parents) == 1 and len(children) == 3
+    a1 = next(r for r in children if r.data.tags["row"] == "A1")
+    assert a1.info.status == "FINISHED" and a1.data.tags["attempts"] == "2"
+    assert list((tmp_path / "runs").glob("*/A1-s0/.crashed_at_60"))           # it did die once
+    assert _steps(client, a1.info.run_id) == list(range(5, 151, 5))
+    for r in children:
+        assert r.data.metrics["dev_ppl"] == ref[r.data.tags["row"]], r.data.tags["row"]
+
+
+def test_injected_nan_fails_its_row_after_the_retries_the_others_finish(tmp_path, reference):
+    from harness.report import write_report
+    from harness.train import list_checkpoints, load_checkpoint
+    _, cache = reference
+    uri, done = _with_fault(tmp_path, cache, "nan@A1:30")
+    assert done.returncode == 1, done.stdout + done.stderr          # a failed row: the study says so
+    client, parents, children = _runs(uri)
+    assert parents[0].info.status == "FAILED" and parents[0].data.tags["n_failed"] == "1"
+    status = {r.data.tags["row"]: r for r in children}
+    assert status["base"].info.status == status["C1"].info.status == "FINISHED"
+    a1 = status["A1"]
+    assert a1.info.status == "FAILED" and a1.data.tags["attempts"] == "2"        # max_failures 1: tried twice
+    assert "FloatingPointError: loss became nan at step 30" in a1.data.tags["failure_reason"]
+    # Detected before the update: the last checkpoint (step 25) holds finite weights, and none was written later.
+    ckpts = list_checkpoints(next((tmp_path / "runs").glob("*/A1-s0")) / "checkpoints")
+    assert ckpts[-1].name == "step_00000025.pt"
+    assert all(torch.isfinite(t).all() for t in load_checkpoint(ckpts[-1])["model"].values())
+    md = write_report("faults", tmp_path / "reports", uri)[0].read_text()
+    assert "FAILED" in md and "loss became nan at step 30" in md
+
+
+def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
+    from harness.studyspec import load_study
+    from harness.tracking import StudyTracking
+    from harness.trial import run_trial
+    trial = load_study(_study(tmp_path, steps=10), "tiny", rows=["base"]).trials[0]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking = StudyTracking(uri, "faults")
+    parent = tracking.start_parent("oom", {"profile": "tiny", "version": 1}, {})
+    ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
+           "threads": 1, "tags": {"study": "faults"}}
+    os.environ["HARNESS_INJECT_FAULT"] = "oom@base:3"
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            run_trial(trial.__dict__, ctx)
+    finally:
+        del os.environ["HARNESS_INJECT_FAULT"]
+    (run,) = tracking.children(parent)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"].startswith("OutOfMemoryError: CUDA out of memory (injected at step 3)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server(tmp_path: Path, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+         str(tmp_path / "artifacts"), "--workers", "1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.25)
+    proc.kill()
+    pytest.fail("mlflow server did not come up")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_mlflow_server_lost_mid_trial_metrics_are_buffered_and_flushed(tmp_path, reference):
+    ref, cache = reference
+    port = _free_port()
+    server = _server(tmp_path, port)
+    uri = f"http://127.0.0.1:{port}"
+    study = _study(tmp_path, steps=600, cache=cache)
+    proc = subprocess.Popen(_cmd(study, tmp_path / "runs") + ["--rows", "base"], cwd=tmp_path,
+                            env=_env(uri, HARNESS_MLFLOW_WAIT_S="120"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = lambda: list((tmp_path / "runs").glob("*/base-s0/metrics.jsonl"))  # noqa: E731
+        _wait_for(lambda: bool(metrics()) and metrics()[0].stat().st_size > 0, proc, what="training to start")
+        _stop(server)                      # the store goes away mid-trial ...
+        time.sleep(8)
+        server = _server(tmp_path, port)   # ... and comes back
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, out
+        client, parents, children = _runs(uri)
+        assert len(parents) == 1 and len(children) == 1 and children[0].info.status == "FINISHED"
+        assert _steps(client, children[0].info.run_id) == list(range(5, 601, 5))   # nothing lost, nothing twice
+        assert math.isfinite(children[0].data.metrics["dev_ppl"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _stop(server)
+
+
+def test_unwritable_runs_dir_is_one_sentence_and_nothing_started(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    done = subprocess.run(_cmd(_study(tmp_path), tmp_path / "a_file" / "runs"), cwd=tmp_path,
+                          env=_env(f"sqlite:///{tmp_path / 'mlflow.db'}"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1 and "--runs-dir" in err and "cannot be written" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_corrupted_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
+    model = get_preset("tiny").replace(d_model=32, d_ff=64, n_layers=1, n_heads=2, vocab_size=300, max_len=128)
+    cfg = TrainConfig(steps=40, warmup=10, max_tokens=600, batch_tokens=600, checkpoint_every=10,
+                      checkpoint_minutes=0, log_every=5, bleu_sentences=4, max_extra=3)
+    data = DataConfig(train_pairs=1000, dev_pairs=8, test_pairs=8, cache_dir=str(tmp_path / "cache"))
+    whole = train(model, cfg, data, tmp_path / "whole", quiet=True)
+    # Stop at 30, corrupt the newest checkpoint (a torn write), then continue to 40.
+    train(model, dataclasses.replace(cfg, steps=30), data, tmp_path / "cut", quiet=True)
+    resumed_cfg = cfg
+    ckpts = sorted((tmp_path / "cut" / "checkpoints").glob("step_*.pt"))
+    assert ckpts[-1].name == "step_00000030.pt"
+    ckpts[-1].write_bytes(ckpts[-1].read_bytes()[:1000])
+    # the config differs only in steps, which the checkpoint records: rewrite it so the resume is allowed
+    state = torch.load(ckpts[-2], weights_only=True)
+    state["config"]["train"]["steps"] = 40
+    torch.save(state, ckpts[-2])
+    capsys.readouterr()
+    again = train(model, resumed_cfg, data, tmp_path / "cut", quiet=True)
+    assert "step_00000030.pt cannot be read" in capsys.readouterr().err
+    assert (tmp_path / "cut" / "checkpoints" / "step_00000030.pt.corrupt").exists()
+    assert again["dev_ppl"] == whole["dev_ppl"] and again["steps"] == 40
+    steps = [int(line.split('"step": ')[1].split(",")[0])
+             for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(5, 41, 5))        # the steps after the good checkpoint were not logged twice
+
+
+@pytest.mark.parametrize("env, argv, needle", [
+    ({"MLFLOW_TRACKING_URI": "foo"}, [], "MLFLOW_TRACKING_URI='foo' is not a tracking URI"),
+    ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, [], "cannot reach the MLflow tracking store"),
+    ({}, ["--address", "127.0.0.1:9"], "cannot join Ray at 127.0.0.1:9"),
+], ids=["bad_uri", "unreachable_server", "bad_ray_address"])
+def test_bad_tracking_uri_or_ray_address(env, argv, needle, tmp_path):
+    full_env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **env}
+    if "MLFLOW_TRACKING_URI" not in env:
+        full_env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run(_cmd(_study(tmp_path, steps=5), tmp_path / "runs") + argv, cwd=tmp_path, env=full_env,
+                          capture_output=True, text=True, timeout=300)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+    if argv:     # the address is checked before anything is created
+        assert not (tmp_path / "mlflow.db").exists()
