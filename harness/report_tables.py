@@ -84,15 +84,6 @@ def _failure(r: dict) -> str:
         ("" if r["status"] == "FINISHED" else r["status"])
 
 
-def _loglog_slope(points: list[tuple[float, float]]) -> float:
-    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
-    if len(pts) < 2:
-        return NAN
-    mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
-    sxx = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx > 0 else NAN
-
-
 def _no_data(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} logged", transform=ax.transAxes, ha="center", va="center", color="gray")
 
@@ -110,7 +101,7 @@ def summarize_table1(runs: pd.DataFrame, declared: list[str], uri: str) -> tuple
     """One line per layer: the paper's columns (scaling.PAPER, from tables.yaml) beside the measured ones
     (means over FINISHED seeds), the sweeps' time ratios and memory exponent; and per row the metric
     histories of its first finished trial (or its first trial, for a failed row's partial sweep)."""
-    from .probes.scaling import PAPER, ScalingSpec
+    from .probes.scaling import PAPER, ScalingSpec, fit_exponent
     records, curves = [], {}
     for row, g, done, status, reason in row_groups(runs, row_order(runs, (), declared)):
         src = (done if len(done) else g).iloc[0]
@@ -139,7 +130,7 @@ def summarize_table1(runs: pd.DataFrame, declared: list[str], uri: str) -> tuple
         rec.update({"steepest_n_slope": slope, "steepest_n_from": n0, "steepest_n_to": n1, "steepest_n_ratio": ratio,
                     "steepest_mem_from": sizes.get(n0, NAN), "steepest_mem_to": sizes.get(n1, NAN),
                     "other_n_slopes": ", ".join(f"{s_:.2f}" for s_, *_ in steps if s_ != slope)})
-        rec["mem_exp_n"] = _loglog_slope(mem)
+        rec["mem_exp_n"] = fit_exponent(*zip(*mem), fixed_mult=0)["slope"] if len(mem) > 1 else NAN
         rec["mem_bytes_at_max_n"] = mem[-1][1] if mem else NAN
         rec["device"] = _tags(done, "device") or _text(src, "params.probe.device")
         rec.update({k: _param(src, f"probe.{k}") for k in T1_PROBE})

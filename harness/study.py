@@ -25,6 +25,7 @@ from .data.corpus import DataConfig, prepare_data
 from .errors import UserError
 from .studyspec import Study, Trial, load_study
 from .tracking import StudyTracking, tracking_uri
+from .train import check_writable
 
 
 def git_state() -> tuple[str, bool]:
@@ -99,21 +100,6 @@ def _print_trials(study: Study) -> None:
               f"{n / 1e6:>9.2f}M{flops:>12.2e}")
     print(f"estimated training cost: {total:.2e} FLOPs (analytic count, sentences of {ASSUMED_SENTENCE_LEN} "
           f"tokens; data: {study.trials[0].data['name']})")
-
-
-def _check_writable(run_dir: Path, what: str) -> None:
-    """Before any run is created: the trials' checkpoints and logs go here."""
-    existed = run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.touch()
-        probe.unlink()
-        if not existed:
-            run_dir.rmdir()       # checked, not created: nothing is left behind if a later check fails
-    except OSError as err:
-        raise UserError(f"{what} {run_dir} cannot be written ({err.strerror or type(err).__name__}); "
-                        "give a writable directory with --runs-dir.") from None
 
 
 def _check_ray_address(address: str) -> None:
@@ -211,7 +197,8 @@ def run_study(args) -> int:
         return 0
 
     uri = tracking_uri()
-    _check_writable(Path(args.runs_dir).resolve(), "--runs-dir")
+    check_writable(Path(args.runs_dir).resolve(), "--runs-dir", "give a writable directory with --runs-dir",
+                   keep=False)
     if args.address or os.environ.get("RAY_ADDRESS"):
         _check_ray_address(args.address or os.environ["RAY_ADDRESS"])
     tracking = StudyTracking(uri, study.name)
@@ -251,7 +238,7 @@ def run_study(args) -> int:
     else:
         parent_id = parent.info.run_id
         run_dir = Path(parent.data.tags["run_dir"])
-        _check_writable(run_dir, "the resumed study's run directory")
+        check_writable(run_dir, "the resumed study's run directory", "give a writable directory with --runs-dir")
         tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
         print(f"resuming {study.name} (MLflow run {parent_id}): {len(todo)} of {len(study.trials)} trials left")
 

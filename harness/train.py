@@ -112,6 +112,21 @@ def load_checkpoint(path: Path) -> dict:
                         "from the previous one.") from None
 
 
+def check_writable(path: Path, what: str, advice: str, keep: bool = True) -> None:
+    """Create `path` if needed and write a file in it, or raise one sentence; keep=False removes a directory
+    this check created (the caller only wanted to know)."""
+    existed = path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / ".write_test").touch()
+        (path / ".write_test").unlink()
+        if not keep and not existed:
+            path.rmdir()
+    except OSError as err:
+        raise UserError(f"{what} {path} cannot be written ({err.strerror or type(err).__name__}); "
+                        f"{advice}.") from None
+
+
 def latest_readable_checkpoint(ckpt_dir: Path) -> dict | None:
     """The newest checkpoint that loads. One that does not (truncated, corrupted) is renamed *.corrupt, with
     a warning, and the one before it is used; the trial then repeats the steps in between."""
@@ -180,12 +195,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     device = resolve_device(train_cfg.device)
     autocast = autocast_for(device, train_cfg.amp)
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ".write_test").touch()
-        (out / ".write_test").unlink()
-    except OSError as err:
-        raise UserError(f"output directory {out} cannot be written ({err.strerror}); choose a writable path.") from None
+    check_writable(out, "output directory", "choose a writable path")
 
     data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
     model_cfg = model_cfg.replace(vocab_size=data.tokenizer.vocab_size)
