@@ -18,6 +18,7 @@ from torch import nn
 from model import ConfigError, Transformer, TransformerConfig, beam_search, get_preset, greedy
 from model.layers import sinusoid_table
 
+from .allocator import pin_allocator
 from .errors import UserError
 from .probes.flops import count_analytic
 from .train import resolve_device
@@ -187,6 +188,8 @@ def run_bench(args) -> int:
 def _bench_preset(preset: str, args) -> dict:
     cfg = get_preset(preset)
     device = resolve_device(args.device)
+    if device.type == "cpu":
+        pin_allocator()               # as `train` does, for both models alike
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if args.dtype == "auto":
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -20,7 +20,8 @@ import torch
 
 from model import Transformer, TransformerConfig, count_parameters
 
-from .data.batching import epoch_order, padding_fraction, token_batches
+from .allocator import pin_allocator
+from .data.batching import Prefetcher, bucket_batches, epoch_order, padding_fraction, token_batches
 from .data.corpus import DataConfig, Dataset, load_dataset
 from .errors import UserError
 from .evaluate import evaluate, perplexity
@@ -53,7 +54,10 @@ class TrainConfig:
     log_every: int = 50
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
-    compile: bool = False              # torch.compile the model
+    compile: bool = False              # torch.compile the encoder-decoder (the projection + loss stay eager)
+    compile_mode: str = "default"      # torch.compile mode; reduce-overhead adds CUDA graphs (static shapes)
+    shape_buckets: bool = False        # batches of a few fixed shapes (bucket_batches): one compile per shape
+    prefetch: int = 2                  # batches gathered ahead on a background thread (0: in the loop)
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -66,6 +70,39 @@ class TrainConfig:
             raise UserError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}.")
         if self.warmup == 0:
             raise UserError("warmup must be at least 1 step: the paper's schedule divides by warmup^1.5.")
+        if self.compile_mode not in COMPILE_MODES:
+            raise UserError(f"compile_mode {self.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
+        if self.prefetch < 0:
+            raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def training_loss(model: Transformer, cfg: TrainConfig, n_shapes: int = 0) -> Callable:
+    """model.loss, or with cfg.compile the same loss around a compiled encoder-decoder (`model.hidden`):
+    the projection and the loss stay eager (model/loss.py: no (tokens x vocab) tensor), and the compiled
+    part has no data-dependent shapes. With shape buckets (n_shapes > 0) the graphs are static, one per
+    shape, which is what CUDA graphs (compile_mode reduce-overhead) need; without, one dynamic graph."""
+    if not cfg.compile:
+        return model.loss
+    if n_shapes:
+        # Allow a graph per bucket shape (dynamo's default limit is 8 per code object).
+        limit = max(8, n_shapes + 2)
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
+    body = torch.compile(model.hidden, dynamic=not n_shapes, mode=cfg.compile_mode)
+
+    def loss(src, tgt_in, tgt_out, label_smoothing):
+        return model.loss(src, tgt_in, tgt_out, label_smoothing, hidden=body(src, tgt_in))
+    return loss
+
+
+def _compiled_graphs() -> int:
+    """Graphs torch.compile has produced in this process (each recompilation for a new shape adds one)."""
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
 
 
 def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -194,6 +231,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     train_cfg.validate()
     device = resolve_device(train_cfg.device)
     autocast = autocast_for(device, train_cfg.amp)
+    if device.type == "cpu":
+        pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
     out = Path(out_dir)
     check_writable(out, "output directory", "choose a writable path")
 
@@ -206,18 +245,21 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     torch.manual_seed(train_cfg.seed)
     model = Transformer(model_cfg).to(device)
     n_params = count_parameters(model)
-    # Compile the loss (encoder, decoder, projection, cross-entropy); batch shapes vary, hence dynamic.
-    loss_fn = torch.compile(model.loss, dynamic=True) if train_cfg.compile else model.loss
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
                            eps=train_cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
     lr_at = lambda s: learning_rate(s, model_cfg.d_model, train_cfg.warmup, train_cfg.lr_scale)  # noqa: E731
 
     train_data = data.train.data
-    batches = token_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
+    shapes = None
+    if train_cfg.shape_buckets:
+        batches, shapes = bucket_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
+    else:
+        batches = token_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
     if not batches:
         raise UserError(f"training data in {data.root} holds no usable pairs (all longer than max_len?).")
     accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))
-    pad_frac = padding_fraction(batches, train_data.src_lens, train_data.tgt_lens)
+    pad_frac = padding_fraction(batches, train_data.src_lens, train_data.tgt_lens, shapes)
+    loss_fn = training_loss(model, train_cfg, n_shapes=len(set(shapes)) if shapes else 0)
 
     ckpt_dir = out / "checkpoints"
     step, epoch, position, train_seconds, tokens_seen = 0, 0, 0, 0.0, 0
@@ -245,16 +287,19 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         for old in list_checkpoints(ckpt_dir)[:-keep]:
             old.unlink()
 
-    order = epoch_order(len(batches), train_cfg.seed, epoch)
+    # The data stream: (batch, epoch, position after it). It runs ahead of training on a thread, so the
+    # loop keeps its own (epoch, position): that of the last batch it consumed, which checkpoints record.
+    stream = {"epoch": epoch, "position": position, "order": epoch_order(len(batches), train_cfg.seed, epoch)}
 
-    def next_batch():
-        nonlocal epoch, position, order
-        if position >= len(order):
-            epoch, position = epoch + 1, 0
-            order = epoch_order(len(batches), train_cfg.seed, epoch)
-        index = batches[order[position]]
-        position += 1
-        return index
+    def produce():
+        if stream["position"] >= len(stream["order"]):
+            stream["epoch"], stream["position"] = stream["epoch"] + 1, 0
+            stream["order"] = epoch_order(len(batches), train_cfg.seed, stream["epoch"])
+        i = stream["order"][stream["position"]]
+        stream["position"] += 1
+        b = train_data.collate(batches[i], shapes[i] if shapes else None)
+        return (b.pin_memory() if device.type == "cuda" else b), stream["epoch"], stream["position"]
+    feed = Prefetcher(produce, train_cfg.prefetch) if train_cfg.prefetch else None
 
     progress = Progress(train_cfg.steps, train_cfg.max_minutes, quiet)
     # One JSON row per log interval, kept across resumes; rows past the checkpoint resumed from (written by
@@ -276,48 +321,55 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     last_ckpt_time = time.perf_counter()
     stopped_by_time = False
     model.train()
-    while step < train_cfg.steps:
-        if train_cfg.max_minutes and train_seconds >= train_cfg.max_minutes * 60:
-            stopped_by_time = True
-            break
-        t0 = time.perf_counter()
-        micro = [train_data.collate(next_batch()) for _ in range(accum)]
-        n_tokens = sum(b.n_tgt_tokens for b in micro)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step + 1)
-        opt.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=device)
-        for b in micro:
-            b = b.to(device)
-            with autocast():
-                loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
-            (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
-            loss_sum += loss.detach()
-        if fault and fault[1] == step + 1:
-            loss_sum = _inject(fault[0], step + 1, out, loss_sum)
-        loss_value = float(loss_sum) / n_tokens
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"loss became {loss_value} at step {step + 1}; the update was skipped.")
-        opt.step()
-        step += 1
-        dt = time.perf_counter() - t0
-        train_seconds += dt
-        tokens_seen += n_tokens
-        log_tokens, log_loss, log_count, log_time = log_tokens + n_tokens, log_loss + loss_value, log_count + 1, log_time + dt
-        if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-            row = {"train_loss": log_loss / log_count, "lr": lr_at(step), "tokens_per_s": log_tokens / log_time,
-                   "step_time_s": log_time / log_count, "train_seconds": train_seconds, "epoch": epoch}
-            progress(step, row["train_loss"], row["lr"], row["tokens_per_s"], train_seconds)
-            record(step, row)
-            log_tokens, log_loss, log_count, log_time = 0, 0.0, 0, 0.0
-        if train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
-            record(step, {"dev_ppl": perplexity(model, data.dev.data, train_cfg.max_tokens, device, autocast)})
-            model.train()
-        now = time.perf_counter()
-        if (train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0) or \
-                (train_cfg.checkpoint_minutes and now - last_ckpt_time >= train_cfg.checkpoint_minutes * 60):
-            checkpoint()
-            last_ckpt_time = now
+    try:
+        while step < train_cfg.steps:
+            if train_cfg.max_minutes and train_seconds >= train_cfg.max_minutes * 60:
+                stopped_by_time = True
+                break
+            t0 = time.perf_counter()
+            micro = []
+            for _ in range(accum):
+                b, epoch, position = feed.get() if feed else produce()
+                micro.append(b)
+            n_tokens = sum(b.n_tgt_tokens for b in micro)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step + 1)
+            opt.zero_grad(set_to_none=True)
+            loss_sum = torch.zeros((), device=device)
+            for b in micro:
+                b = b.to(device)
+                with autocast():
+                    loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
+                (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
+                loss_sum += loss.detach()
+            if fault and fault[1] == step + 1:
+                loss_sum = _inject(fault[0], step + 1, out, loss_sum)
+            loss_value = float(loss_sum) / n_tokens
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"loss became {loss_value} at step {step + 1}; the update was skipped.")
+            opt.step()
+            step += 1
+            dt = time.perf_counter() - t0
+            train_seconds += dt
+            tokens_seen += n_tokens
+            log_tokens, log_loss, log_count, log_time = log_tokens + n_tokens, log_loss + loss_value, log_count + 1, log_time + dt
+            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                row = {"train_loss": log_loss / log_count, "lr": lr_at(step), "tokens_per_s": log_tokens / log_time,
+                       "step_time_s": log_time / log_count, "train_seconds": train_seconds, "epoch": epoch}
+                progress(step, row["train_loss"], row["lr"], row["tokens_per_s"], train_seconds)
+                record(step, row)
+                log_tokens, log_loss, log_count, log_time = 0, 0.0, 0, 0.0
+            if train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
+                record(step, {"dev_ppl": perplexity(model, data.dev.data, train_cfg.max_tokens, device, autocast)})
+                model.train()
+            now = time.perf_counter()
+            if (train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0) or \
+                    (train_cfg.checkpoint_minutes and now - last_ckpt_time >= train_cfg.checkpoint_minutes * 60):
+                checkpoint()
+                last_ckpt_time = now
+    finally:
+        if feed:
+            feed.close()
     if not (ckpt_dir / f"step_{step:08d}.pt").exists():     # the final state, unless just written
         checkpoint()
 
@@ -340,6 +392,8 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         "params": n_params, "steps": step, "epochs": epoch + position / len(batches), "train_seconds": train_seconds,
         "tokens_per_s": tokens_seen / max(train_seconds, 1e-9), "step_time_s": train_seconds / max(step, 1),
         "tokens_seen": tokens_seen, "padding_fraction": pad_frac, "grad_accumulation": accum,
+        "batch_shapes": len(set(shapes)) if shapes else None,
+        "compiled_graphs": _compiled_graphs() if train_cfg.compile else None,
         "averaged_checkpoints": averaged, "stopped_by_time": stopped_by_time,
         "eval_seconds": time.perf_counter() - t_eval, "device": str(device), "vocab_size": model_cfg.vocab_size,
         "dev_truncated": data.dev.data.truncated, "mean_src_len": float(train_data.src_lens.mean()),

@@ -11,38 +11,8 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention
 from .config import TransformerConfig
-from .layers import FeedForward, PositionalEncoding, make_norm
-
-
-class SmoothedCrossEntropy(torch.autograd.Function):
-    """Summed label-smoothed cross-entropy (§5.4, as F.cross_entropy defines it: (1 - eps) * NLL + eps * the
-    mean over the vocabulary of -log p) and the summed plain NLL, from logits z (N, V) and targets t (N,).
-
-    The same arithmetic as log_softmax -> gather -> mean under autograd, with a hand-written backward that
-    builds one (N, V) tensor, dL/dz = softmax(z) - (1 - eps) onehot(t) - eps / V, in place. Autograd's
-    version builds the gradient of the log-probabilities, a zero-filled scatter target for the gather and
-    a broadcast mean gradient, each (N, V), and runs log-softmax's backward over them: on a CPU a quarter
-    of the tiny model's step went to those passes."""
-
-    @staticmethod
-    def forward(ctx, z: torch.Tensor, t: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = torch.log_softmax(z, -1)            # one fused pass; the logits themselves are not kept
-        nll = -logp.gather(1, t[:, None]).sum()
-        loss = nll.clone() if eps == 0 else (1 - eps) * nll - eps * logp.mean(-1).sum()
-        ctx.save_for_backward(logp, t)
-        ctx.eps = eps
-        ctx.mark_non_differentiable(nll)
-        return loss, nll
-
-    @staticmethod
-    def backward(ctx, g_loss: torch.Tensor, _g_nll: torch.Tensor):
-        logp, t = ctx.saved_tensors
-        eps, vocab = ctx.eps, logp.size(-1)
-        grad = torch.exp(logp)                                          # softmax(z)
-        if eps:
-            grad.sub_(eps / vocab)
-        grad[torch.arange(t.numel(), device=t.device), t] -= 1 - eps
-        return grad.mul_(g_loss), None, None
+from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
+from .loss import vocab_loss
 
 
 class Residual(nn.Module):
@@ -52,7 +22,7 @@ class Residual(nn.Module):
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm(cfg)
-        self.drop = nn.Dropout(cfg.p_drop)
+        self.drop = Dropout(cfg.p_drop)
         self.pre = cfg.norm_position == "pre"
 
     def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -106,7 +76,7 @@ class Transformer(nn.Module):
             nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.positions = PositionalEncoding(cfg)
-        self.embed_drop = nn.Dropout(cfg.p_drop)
+        self.embed_drop = Dropout(cfg.p_drop)
         self.encoder = Stack(cfg, EncoderLayer, cfg.n_enc_layers)
         self.decoder = Stack(cfg, DecoderLayer, cfg.n_dec_layers)
         self.reset_parameters()
@@ -135,8 +105,11 @@ class Transformer(nn.Module):
         return self.embed_drop(self.positions(x, offset))
 
     def padding_mask(self, src: torch.Tensor) -> torch.Tensor | None:
-        """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path)."""
+        """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path).
+        Under torch.compile always the mask: a branch on the data would split the graph."""
         keep = src != self.cfg.pad_id
+        if torch.compiler.is_compiling():
+            return keep[:, None, None, :]
         return None if bool(keep.all()) else keep[:, None, None, :]
 
     def run_encoder(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -159,21 +132,27 @@ class Transformer(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, vocab)."""
-        memory, mask = self.encode(src)
-        return self.out_proj(self.decode(tgt_in, memory, mask))
+        return self.out_proj(self.hidden(src, tgt_in))
 
-    def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
-             label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """The teacher-forced decoder output (B, T, d_model): everything before the vocabulary projection,
+        and the part of a training step that the trainer compiles."""
+        memory, mask = self.encode(src)
+        return self.decode(tgt_in, memory, mask)
+
+    def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0,
+             hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Summed training loss (label-smoothed, §5.4), summed plain NLL, and the number of target tokens.
+        hidden: `self.hidden(src, tgt_in)` when the caller computed it (with a compiled `hidden`).
 
         Logits are built only for real (non-pad) target positions: with token batches about a tenth of the
-        rows are padding, and the vocabulary projection is the largest matmul of the step."""
-        memory, mask = self.encode(src)
-        hidden = self.decode(tgt_in, memory, mask)                          # (B, T, d_model)
+        rows are padding, and the vocabulary projection is the largest matmul of the step. The projection
+        and the loss run together (model/loss.py), so the (N, vocab) logits are never held whole."""
+        if hidden is None:
+            hidden = self.hidden(src, tgt_in)                               # (B, T, d_model)
         keep = tgt_out != self.cfg.pad_id
-        logits = self.out_proj(hidden[keep]).float()                         # (N, vocab)
         target = tgt_out[keep]
-        loss, nll = SmoothedCrossEntropy.apply(logits, target, float(label_smoothing))
+        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing)   # out_proj: no bias
         return loss, nll.detach(), int(target.numel())
 
     # --- incremental decoding ---

@@ -8,6 +8,7 @@ from torch import nn
 from harness.paper import load_tables, table3_model_overrides
 from model import (PRESETS, ConfigError, Transformer, TransformerConfig, beam_search, count_parameters, greedy,
                    reference_attention)
+from model.attention import CPU_EXPLICIT_MAX_KEYS, attend, attention_path
 from model.config import paper_base
 
 TABLE3 = load_tables()["table3"]["rows"]
@@ -111,7 +112,8 @@ def _copy_into_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None
     ref.decoder.norm = None
 
 
-def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights():
+@pytest.mark.parametrize("path", ["sdpa", "explicit"])
+def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights(path):
     cfg = paper_base.replace(vocab_size=1000, p_drop=0.0)
     ours = Transformer(cfg).eval()
     ref = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff, dropout=0.0,
@@ -120,7 +122,7 @@ def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights():
     src = torch.randint(4, cfg.vocab_size, (3, 11))
     src[1, 7:] = cfg.pad_id                                              # padded source
     tgt = torch.randint(4, cfg.vocab_size, (3, 9))
-    with torch.no_grad():
+    with torch.no_grad(), attention_path(path):
         logits = ours(src, tgt)                                          # (B, T, V)
         src_x, tgt_x = ours.embed(src, ours.src_embed), ours.embed(tgt, ours.tgt_embed)
         pad = src == cfg.pad_id
@@ -131,21 +133,64 @@ def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights():
     assert (logits - expected).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("path", ["sdpa", "explicit"])
 @pytest.mark.parametrize("d_k, d_v, n_kv, causal, masked", [
-    (16, 16, 4, False, True), (8, 24, 4, False, True), (16, 16, 2, True, False), (16, 16, 1, False, True)])
-def test_sdpa_path_equals_handwritten_softmax_attention(d_k, d_v, n_kv, causal, masked):
+    (16, 16, 4, False, True), (8, 24, 4, False, True), (16, 16, 2, True, False), (16, 16, 1, False, True),
+    (16, 16, 2, True, True)])
+def test_both_attention_paths_equal_handwritten_softmax_attention(d_k, d_v, n_kv, causal, masked, path):
     cfg = TransformerConfig(vocab_size=50, d_model=64, n_heads=4, d_k=d_k, d_v=d_v, n_kv_heads=n_kv, p_drop=0.0)
     mha = Transformer(cfg).encoder.layers[0].self_attn.sublayer.eval()
     x = torch.randn(2, 7, 64)
     mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :] if masked else None
     with torch.no_grad():
-        out = mha(x, mask=mask, causal=causal)
+        with attention_path(path):
+            out = mha(x, mask=mask, causal=causal)
         q, k, v = mha.qkv_proj(x).split(mha.splits, dim=-1)
         q, k, v = mha._heads(q, 4), mha._heads(k, n_kv), mha._heads(v, n_kv)
         k, v = k.repeat_interleave(4 // n_kv, dim=1), v.repeat_interleave(4 // n_kv, dim=1)
         manual = reference_attention(q, k, v, mask=mask, causal=causal)
         manual = mha.out_proj(manual.transpose(1, 2).reshape(2, 7, 4 * d_v))
     assert torch.allclose(out, manual, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["sdpa", "explicit"])
+def test_attention_dropout_keeps_the_expectation_on_both_paths(path):
+    # Uniform weights over S keys and v = 1: each output is (kept weights) / (1 - p), 1 in expectation.
+    torch.manual_seed(0)
+    q = torch.zeros(64, 2, 8, 4)
+    kv = torch.ones(64, 2, 32, 4)
+    with attention_path(path):
+        out = attend(q, kv, kv, None, False, 0.5)
+    assert out.std() > 0.1                                  # weights were dropped
+    assert abs(out.mean().item() - 1.0) < 0.02              # and the kept ones rescaled
+
+
+def test_cpu_dropout_drops_p_of_the_units_rescales_the_rest_and_masks_the_gradient_alike():
+    from model.layers import dropout
+    torch.manual_seed(0)
+    x = torch.ones(400, 500, requires_grad=True)
+    y = dropout(x, 0.3, training=True)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - 0.3) < 0.005
+    assert torch.all((y == 0) | torch.isclose(y, torch.tensor(1 / 0.7)))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())                  # d(x * m / (1 - p)) / dx = m / (1 - p)
+    assert torch.equal(dropout(x, 0.3, training=False), x)
+
+
+def test_auto_path_is_explicit_only_for_short_cpu_sequences(monkeypatch):
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    q = torch.randn(1, 2, 3, 4)
+    attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), None, False, 0.0)
+    assert calls == []
+    attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), None,
+           False, 0.0)
+    assert calls == [1]
+    with pytest.raises(ValueError, match="attention path"):
+        with attention_path("flash"):
+            pass
 
 
 VARIANTS = {
@@ -270,15 +315,42 @@ GOLDEN_MEAN, GOLDEN_STD = 0.047786958515644073, 1.1008261442184448
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
-def test_smoothed_cross_entropy_matches_torch_and_gradchecks(eps):
-    from model.transformer import SmoothedCrossEntropy
+@pytest.mark.parametrize("rows", [1, 4, 100])      # one row a block, blocks with a remainder, one block
+def test_fused_projection_and_loss_match_torch_and_gradcheck(eps, rows):
+    from model.loss import LinearCrossEntropy, smoothed_cross_entropy
     torch.manual_seed(1)
-    z = torch.randn(9, 13, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(13, 5, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 13, (9,))
-    loss, nll = SmoothedCrossEntropy.apply(z, t, eps)
-    assert torch.allclose(loss, F.cross_entropy(z, t, reduction="sum", label_smoothing=eps), atol=1e-12)
-    assert torch.allclose(nll, F.cross_entropy(z, t, reduction="sum"), atol=1e-12) and not nll.requires_grad
-    (g,) = torch.autograd.grad(loss * 0.37, z)
-    (ref,) = torch.autograd.grad(F.cross_entropy(z, t, reduction="sum", label_smoothing=eps) * 0.37, z)
-    assert torch.allclose(g, ref, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda x: SmoothedCrossEntropy.apply(x, t, eps)[0], (z,))
+    ref = F.cross_entropy(F.linear(h, w), t, reduction="sum", label_smoothing=eps)
+    ref_nll = F.cross_entropy(F.linear(h, w), t, reduction="sum")
+    for loss, nll in (LinearCrossEntropy.apply(h, w, t, eps, rows), smoothed_cross_entropy(F.linear(h, w), t, eps)):
+        assert torch.allclose(loss, ref, atol=1e-10) and torch.allclose(nll, ref_nll, atol=1e-10)
+        assert not nll.requires_grad
+    fused = torch.autograd.grad(LinearCrossEntropy.apply(h, w, t, eps, rows)[0] * 0.37, (h, w))
+    expected = torch.autograd.grad(ref * 0.37, (h, w))
+    for got, want in zip(fused, expected):
+        assert torch.allclose(got, want, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda a, b: LinearCrossEntropy.apply(a, b, t, eps, rows)[0], (h, w))
+    with torch.no_grad():                                   # evaluation: the same loss, no gradient work
+        assert torch.allclose(LinearCrossEntropy.apply(h, w, t, eps, rows)[0], ref, atol=1e-10)
+
+
+def test_model_loss_is_the_same_on_the_fused_and_plain_paths_under_autocast_too():
+    from model.loss import loss_path
+    torch.manual_seed(0)
+    model = Transformer(small(p_drop=0.0))
+    src, tgt = torch.randint(4, 40, (3, 6)), torch.randint(4, 40, (3, 8))
+    tgt[0, 5:] = 0
+    results = {}
+    for amp in (False, True):
+        for path in ("fused", "plain"):
+            model.zero_grad()
+            with loss_path(path), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss, nll, n = model.loss(src, tgt[:, :-1], tgt[:, 1:], label_smoothing=0.1)
+            loss.backward()
+            results[amp, path] = (loss.detach(), nll, [p.grad.clone() for p in model.parameters()])
+    for amp, tol in ((False, 1e-5), (True, 2e-2)):
+        (l1, n1, g1), (l2, n2, g2) = results[amp, "fused"], results[amp, "plain"]
+        assert torch.allclose(l1, l2, rtol=tol) and torch.allclose(n1, n2, rtol=tol)
+        assert all(torch.allclose(a, b, atol=tol * max(1.0, b.abs().max().item())) for a, b in zip(g1, g2))

@@ -4,11 +4,17 @@ length; each training batch contained about 25000 source tokens and 25000 target
 Pairs are sorted by length so that a batch holds sentences of similar length and padding stays small; the
 order of batches is shuffled per epoch from (seed, epoch), so a run's data position is just
 (epoch, index) and a resumed run sees exactly the batches an uninterrupted one would.
+
+For torch.compile, `bucket_batches` gives every batch one of a few fixed shapes (static graphs, CUDA graphs),
+and `Prefetcher` collates the next batches on a thread while the current step runs.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -23,6 +29,11 @@ class Batch:
     tgt_out: torch.Tensor    # (B, T) target ids + EOS
     n_tgt_tokens: int        # real target tokens (the loss is averaged over these)
     n_src_tokens: int
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies, so that `to(cuda, non_blocking)` overlaps the copy with computation."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
+                     self.n_tgt_tokens, self.n_src_tokens)
 
     def to(self, device) -> "Batch":
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
@@ -48,21 +59,42 @@ class ParallelData:
         self.src_lens = np.array([len(s) for s in src_ids], dtype=np.int64) + 1     # + EOS
         self.tgt_lens = np.array([len(t) for t in tgt_ids], dtype=np.int64) + 1     # + BOS / EOS
         self.src_ids, self.tgt_ids = src_ids, tgt_ids
+        # The same sequences as flat arrays (source + EOS, BOS + target, target + EOS), so that a batch is
+        # gathered with a few numpy operations instead of a Python loop over its sentences.
+        self._src = _flat([s + [EOS] for s in src_ids])
+        self._tgt_in = _flat([[BOS] + t for t in tgt_ids])
+        self._tgt_out = _flat([t + [EOS] for t in tgt_ids])
+        self._src_start = np.concatenate(([0], np.cumsum(self.src_lens)[:-1])).astype(np.int64)
+        self._tgt_start = np.concatenate(([0], np.cumsum(self.tgt_lens)[:-1])).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.src_ids)
 
-    def collate(self, index: np.ndarray) -> Batch:
+    def collate(self, index: np.ndarray, shape: tuple[int, int, int] | None = None) -> Batch:
+        """The pairs `index` as right-padded tensors. shape (rows, src_len, tgt_len), at least the batch's
+        own, pads further: the extra rows are filler pairs (source EOS, target BOS, no target tokens) that
+        add nothing to the loss and keep every attention row finite."""
         s_len, t_len = int(self.src_lens[index].max()), int(self.tgt_lens[index].max())
-        src = torch.full((len(index), s_len), PAD, dtype=torch.long)
-        tgt_in = torch.full((len(index), t_len), PAD, dtype=torch.long)
-        tgt_out = torch.full((len(index), t_len), PAD, dtype=torch.long)
-        for row, i in enumerate(index.tolist()):
-            s, t = self.src_ids[i], self.tgt_ids[i]
-            src[row, :len(s) + 1] = torch.tensor(s + [EOS])
-            tgt_in[row, :len(t) + 1] = torch.tensor([BOS] + t)
-            tgt_out[row, :len(t) + 1] = torch.tensor(t + [EOS])
+        rows = len(index)
+        if shape is not None:
+            rows, s_len, t_len = shape
+        src = self._pad(self._src, self._src_start[index], self.src_lens[index], rows, s_len)
+        tgt_in = self._pad(self._tgt_in, self._tgt_start[index], self.tgt_lens[index], rows, t_len)
+        tgt_out = self._pad(self._tgt_out, self._tgt_start[index], self.tgt_lens[index], rows, t_len)
+        src[len(index):, 0], tgt_in[len(index):, 0] = EOS, BOS                    # filler rows
         return Batch(src, tgt_in, tgt_out, int(self.tgt_lens[index].sum()), int(self.src_lens[index].sum()))
+
+    @staticmethod
+    def _pad(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray, rows: int, length: int) -> torch.Tensor:
+        out = np.full((rows, length), PAD, dtype=np.int64)
+        row = np.repeat(np.arange(len(lens)), lens)                  # (total,) the row of each token
+        col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        out[row, col] = flat[np.repeat(starts, lens) + col]
+        return torch.from_numpy(out)
+
+
+def _flat(seqs: list[list[int]]) -> np.ndarray:
+    return np.fromiter((tok for seq in seqs for tok in seq), dtype=np.int32, count=sum(map(len, seqs)))
 
 
 def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> list[np.ndarray]:
@@ -84,13 +116,92 @@ def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -
     return batches
 
 
-def padding_fraction(batches: list[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-    """Share of the padded (B x longest) slots, both sides together, that hold padding."""
+# Sequence lengths a bucketed batch is padded to: steps of at most 25 % (so a batch is at most a fifth
+# padding from the rounding), multiples of 8 for the tensor cores.
+LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
+                  640, 768, 896, 1024)
+
+
+def bucket_length(n: int) -> int:
+    for b in LENGTH_BUCKETS:
+        if n <= b:
+            return b
+    return -(-n // 128) * 128
+
+
+def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int
+                   ) -> tuple[list[np.ndarray], list[tuple[int, int, int]]]:
+    """Batches of few distinct shapes, for compiled models: every pair goes to the bucket of its longer
+    side (one length L for source and target), and every batch of bucket L has max_tokens // L rows, the
+    last one of a bucket filled up with filler rows by `collate`. Returns the batches and their shapes
+    (rows, L, L); a model compiled for static shapes then compiles once per bucket in use."""
+    longest = np.maximum(src_lens, tgt_lens)
+    buckets = np.array([bucket_length(int(n)) for n in longest])
+    batches, shapes = [], []
+    for length in sorted(set(buckets.tolist())):
+        members = np.flatnonzero(buckets == length)
+        members = members[np.lexsort((src_lens[members], tgt_lens[members]))]
+        rows = max(1, max_tokens // length)
+        for start in range(0, len(members), rows):
+            batches.append(members[start:start + rows])
+            shapes.append((rows, length, length))
+    return batches, shapes
+
+
+def padding_fraction(batches: list[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray,
+                     shapes: list[tuple[int, int, int]] | None = None) -> float:
+    """Share of the padded slots, both sides together, that hold padding: (B x longest) per batch, or the
+    bucketed shapes when given."""
     real = sum(int(src_lens[b].sum() + tgt_lens[b].sum()) for b in batches)
-    slots = sum(len(b) * int(src_lens[b].max() + tgt_lens[b].max()) for b in batches)
+    if shapes is None:
+        slots = sum(len(b) * int(src_lens[b].max() + tgt_lens[b].max()) for b in batches)
+    else:
+        slots = sum(rows * (s + t) for rows, s, t in shapes)
     return 1.0 - real / slots if slots else 0.0
 
 
 def epoch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
     """The order of batches in an epoch: a pure function of (seed, epoch), so resuming needs no state."""
     return np.random.default_rng([seed, epoch]).permutation(n_batches)
+
+
+class Prefetcher:
+    """Runs `produce` on a background thread, `depth` results ahead of `get`: batches are gathered (and
+    pinned, for a CUDA device) while the current step computes. Whatever `produce` raises is raised by the
+    `get` that would have received its result. `close` stops the thread."""
+
+    def __init__(self, produce: Callable[[], object], depth: int = 2):
+        self._produce, self._queue = produce, queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._produce()
+            except BaseException as err:          # handed to the consumer, who raises it
+                item = _Failed(err)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, _Failed):
+                return
+
+    def get(self):
+        item = self._queue.get()
+        if isinstance(item, _Failed):
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class _Failed:
+    error: BaseException

@@ -27,6 +27,8 @@ from torch import nn
 
 from model import Transformer, TransformerConfig
 from model.config import paper_base
+from model.attention import attention_path
+from model.loss import loss_path
 
 # The issue's reference for paper_base: ~25 k source + ~25 k target tokens per step (§5.1), two FLOPs per MAC.
 PAPER_STEP_REFERENCE_FLOPS = 9.5e12
@@ -39,8 +41,7 @@ ELEMENTWISE_OK = {
     "aten::add", "aten::mul", "aten::div", "aten::sub", "aten::rsub", "aten::neg", "aten::sum", "aten::mean",
     "aten::log_softmax", "aten::softmax", "aten::silu", "aten::gelu", "aten::rms_norm", "aten::embedding",
     "aten::sin", "aten::cos", "aten::stack", "aten::ne", "aten::all", "aten::to", "aten::type_as",
-    # the label-smoothed cross-entropy (model/transformer.py): a log-softmax and reductions over the logits
-    "prim::PythonOp.SmoothedCrossEntropy",
+    "aten::gather", "aten::neg",
 }
 
 
@@ -105,7 +106,10 @@ def _scaled(count: Callable[..., dict], cfg: TransformerConfig, B: int, S: int, 
             count_batch: int | None, **kwargs) -> dict:
     """Count on min(B, count_batch) sentences and scale to B: exact, since every term is linear in B."""
     b = B if count_batch is None else max(1, min(B, count_batch))
-    res = count(cfg, b, S, T, **kwargs)
+    # Count the arithmetic in its plain form: the SDPA a GPU runs (not the CPU's short-sequence matmuls)
+    # and logits + cross-entropy (the fused loss does the same matmuls inside one autograd Function).
+    with attention_path("sdpa"), loss_path("plain"):
+        res = count(cfg, b, S, T, **kwargs)
     k = B / b
     for key in ("step_flops", "forward_macs", "forward_flops", "backward_flops", "sdpa_macs", "norm_flops"):
         if key in res:

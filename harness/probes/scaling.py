@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import load_tables
+from harness.allocator import pin_allocator
 
 # ---------------------------------------------------------------- layers
 
@@ -448,21 +449,6 @@ class ScalingSpec:
 
 def scaling_fields() -> dict[str, type]:
     return {f.name: f.type for f in dataclasses.fields(ScalingSpec)}
-
-
-def pin_allocator() -> bool:
-    """glibc only: serve every allocation below 1 GiB from the heap and never return memory to the OS.
-    By default glibc maps large blocks fresh (page-faulting every byte on each call) above a threshold
-    that it moves as blocks are freed, so the same point was measured at 13 ms in one sweep and 45 ms in
-    the next (restricted attention, n = 512). That is allocator state, not the layer's complexity."""
-    import ctypes
-    import ctypes.util
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
-    except (OSError, AttributeError):       # not glibc: timings keep the allocator's own behaviour
-        return False
 
 
 def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = None) -> dict:

@@ -1,0 +1,106 @@
+"""The training loss (§5.4): label-smoothed cross-entropy over the vocabulary projection, summed.
+
+As F.cross_entropy defines label smoothing: loss = (1 - eps) * NLL + eps * mean over the vocabulary of -log p,
+per target token. Two implementations of the same arithmetic:
+
+- `smoothed_cross_entropy`: logits in, autograd does the rest. The reference, and the form that
+  torch.compile fuses and the FLOP counters read.
+- `LinearCrossEntropy`: the projection and the loss together, a block of rows at a time, so that the
+  (tokens x vocab) logits are never held whole. The gradient of the loss with respect to a block's logits
+  is softmax - (1 - eps) onehot - eps / V whatever comes after the loss (only a scalar scales it), so the
+  forward computes each block's logits, loss and gradient and folds that gradient into dL/dh and dL/dW
+  while the block is still in cache; the backward only scales the two. Same matmuls, same FLOPs, no
+  (N, V) tensor in memory. Measured on 2 CPU cores (4075 tokens, vocab 8000, d 128, forward + backward):
+  170 ms against 185 ms for logits + `smoothed_cross_entropy`, whose (N, V) passes run from RAM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+_path = "auto"
+
+
+@contextlib.contextmanager
+def loss_path(path: str):
+    """Force "plain" (logits, then `smoothed_cross_entropy`) or "fused" (`LinearCrossEntropy`) inside the
+    block; "auto" is fused except under torch.compile, which fuses the plain form itself."""
+    global _path
+    if path not in ("auto", "plain", "fused"):
+        raise ValueError(f"loss path {path!r} is not one of auto, plain, fused.")
+    old, _path = _path, path
+    try:
+        yield
+    finally:
+        _path = old
+
+
+def smoothed_cross_entropy(z: torch.Tensor, t: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed loss and summed plain NLL (detached) from logits z (N, V) and targets t (N,)."""
+    logp = torch.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)), -1)   # bf16 logits: fp32 softmax
+    nll = -logp.gather(1, t[:, None]).sum()
+    loss = nll if eps == 0 else (1 - eps) * nll - eps * logp.mean(-1).sum()
+    return loss, nll.detach()
+
+
+def block_rows(vocab: int, device: torch.device) -> int:
+    """Rows per block: 16 MiB of fp32 logits on a CPU (a block stays in the last-level cache: 512 rows
+    at vocab 8000 measured fastest of 128..1024), 1 GiB on a GPU (blocks big enough to fill it)."""
+    budget = 16 * 2 ** 20 if device.type == "cpu" else 2 ** 30
+    return max(1, budget // (4 * vocab))
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """(loss, nll) of logits h W^T for hidden states h (N, d), weight W (V, d), targets t (N,)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, eps: float, rows: int):
+        device, vocab = h.device.type, w.size(0)
+        # Under autocast the matmuls run in its dtype, as nn.Linear's would; the softmax runs in fp32.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        acc = torch.promote_types(h.dtype, torch.float32)                 # fp32, or fp64 for gradcheck
+        want_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        with torch.autocast(device, enabled=False):
+            hc, wc = h.to(dtype), w.to(dtype)
+            grad_h = torch.empty_like(h) if want_grad else None
+            grad_w = torch.zeros_like(w, dtype=acc) if want_grad else None
+            nll = torch.zeros((), device=h.device, dtype=acc)
+            smooth = torch.zeros((), device=h.device, dtype=acc)
+            for a in range(0, h.size(0), rows):
+                hb, tb = hc[a:a + rows], t[a:a + rows]
+                z = (hb @ wc.t()).to(acc)                                  # (rows, V)
+                p = torch.softmax(z, -1)
+                # log-sum-exp from the softmax itself: its largest entry is exp(0) / sum exp(z - max z).
+                lse = z.amax(-1) - p.amax(-1).log()
+                at = torch.arange(tb.numel(), device=h.device)
+                nll += (lse - z[at, tb]).sum()
+                if eps:
+                    smooth += (lse - z.mean(-1)).sum()                     # mean over V of -log p
+                if want_grad:                                              # dL/dz = p - (1-eps) onehot - eps/V
+                    if eps:
+                        p.sub_(eps / vocab)
+                    p[at, tb] -= 1 - eps
+                    g = p.to(dtype)
+                    grad_h[a:a + rows] = g @ wc
+                    grad_w += g.t() @ hb
+        loss = nll.clone() if eps == 0 else (1 - eps) * nll + eps * smooth
+        ctx.save_for_backward(grad_h, grad_w.to(w.dtype) if want_grad else None)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, g_loss: torch.Tensor, _g_nll: torch.Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * g_loss, grad_w * g_loss, None, None, None
+
+
+def vocab_loss(h: torch.Tensor, weight: torch.Tensor, t: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed loss and summed NLL of the projection h W^T against targets t."""
+    fused = _path == "fused" or (_path == "auto" and not torch.compiler.is_compiling())
+    if fused:
+        loss, nll = LinearCrossEntropy.apply(h, weight, t, float(eps), block_rows(weight.size(0), h.device))
+        return loss, nll
+    return smoothed_cross_entropy(F.linear(h, weight), t, float(eps))
