@@ -7,6 +7,7 @@ backward = 2 x forward), which fvcore and torch.utils.flop_counter reproduce exa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -16,12 +17,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from model import ConfigError, Transformer, TransformerConfig, beam_search, get_preset, greedy
+from model.attention import Packed
 from model.layers import sinusoid_table
 
 from .allocator import pin_allocator
 from .errors import UserError
 from .probes.flops import count_analytic
-from .train import resolve_device
+from .train import TrainConfig, resolve_device, training_loss
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -51,11 +53,29 @@ class TorchTransformerPeer(nn.Module):
                                reduction="sum", label_smoothing=label_smoothing)
 
 
-def synthetic_batch(n_sentences: int, length: int, vocab: int, device, seed: int = 0):
+def synthetic_batch(n_sentences: int, length: int, vocab: int, device, seed: int = 0, vary: bool = False):
+    """(src, tgt_in, tgt_out) of random tokens, every sentence `length` long, or with vary=True lengths drawn
+    uniformly from 0.6 to 1.4 x length (15..35 for 25) and right-padded, as token batches are."""
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab, (n_sentences, length), generator=g)
     tgt = torch.randint(4, vocab, (n_sentences, length + 1), generator=g)
+    if vary:
+        lo, hi = max(1, round(0.6 * length)), round(1.4 * length)
+        src_lens = torch.randint(lo, hi + 1, (n_sentences,), generator=g)
+        tgt_lens = torch.randint(lo, hi + 1, (n_sentences,), generator=g)
+        src = torch.randint(4, vocab, (n_sentences, hi), generator=g)
+        tgt = torch.randint(4, vocab, (n_sentences, hi + 1), generator=g)
+        src[torch.arange(hi)[None] >= src_lens[:, None]] = PAD
+        tgt[torch.arange(hi + 1)[None] >= tgt_lens[:, None] + 1] = PAD   # tgt_in / tgt_out: length each
     return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
+
+
+def packed(batch):
+    """The same sentences end to end without padding: ((1, N_src), (1, N_tgt), (1, N_tgt)) and their layouts."""
+    src, tgt_in, tgt_out = batch
+    real_src, real_tgt = src != PAD, tgt_out != PAD
+    packing = (Packed.of(real_src.sum(1)), Packed.of(real_tgt.sum(1)))
+    return (src[real_src][None], tgt_in[real_tgt][None], tgt_out[real_tgt][None]), packing
 
 
 def _sync(device):
@@ -72,34 +92,41 @@ def _timed(fn, device) -> float:
 
 
 def matmul_peak(device, dtype) -> float:
-    """TFLOP/s of a large square matmul in this dtype: the machine's own yardstick for utilization."""
-    n = 8192 if device.type == "cuda" else 1024
+    """TFLOP/s of a large square matmul in this dtype, its best of 10: the machine's own yardstick for
+    utilization (a best, not a median, so that a busy moment does not lower the bar)."""
+    n = 8192 if device.type == "cuda" else 2048
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
     times = [_timed(lambda: a @ b, device) for _ in range(10)]
-    return 2 * n ** 3 / statistics.median(times) / 1e12
+    return 2 * n ** 3 / min(times) / 1e12
 
 
-def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool) -> dict:
+def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pack: bool = False) -> dict:
     n_tgt = int((batch[2] != PAD).sum())
-    entrants = {"core": Transformer(cfg), "torch.nn.Transformer": TorchTransformerPeer(cfg)}
+    core = Transformer(cfg)
+    # name: (model, loss function, its batch, packing)
+    entrants = {"core": (core, training_loss(core, TrainConfig(compile=compile_models)), batch, None)}
+    if pack:
+        packed_batch, packing = packed(batch)
+        entrants["core (packed)"] = (core, entrants["core"][1], packed_batch, packing)
+    peer = TorchTransformerPeer(cfg)
+    entrants["torch.nn.Transformer"] = (peer, torch.compile(peer.loss) if compile_models else peer.loss, batch, None)
     steps = {}
-    # The analytic count (harness/probes/flops.py), which fvcore and torch's FlopCounterMode match exactly.
-    flops = count_analytic(cfg, batch[0].size(0), batch[0].size(1), batch[1].size(1))["step_flops"]
-    for name, model in entrants.items():
+    # The analytic count (harness/probes/flops.py, which fvcore and torch's FlopCounterMode match exactly)
+    # of the real tokens, sentence by sentence: padding is not work, and every entrant is credited alike.
+    src_lens, tgt_lens = (batch[0] != PAD).sum(1).tolist(), (batch[2] != PAD).sum(1).tolist()
+    flops = sum(count_analytic(cfg, 1, s, t)["step_flops"] for s, t in zip(src_lens, tgt_lens))
+    for name, (model, loss_fn, args, packing) in entrants.items():
         model.to(device).train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        loss_fn = torch.compile(model.loss) if compile_models else model.loss
-        amp = torch.autocast("cuda", dtype=torch.bfloat16) if dtype == torch.bfloat16 else None
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if dtype == torch.bfloat16 else contextlib.nullcontext()
+        extra = {"packing": packing} if packing is not None else {}
 
-        def step(loss_fn=loss_fn, opt=opt, amp=amp):
+        def step(loss_fn=loss_fn, opt=opt, amp=amp, args=args, extra=extra):
             opt.zero_grad(set_to_none=True)
-            if amp is not None:
-                with amp:
-                    loss = loss_fn(*batch, 0.1)
-            else:
-                loss = loss_fn(*batch, 0.1)
+            with amp:
+                loss = loss_fn(*args, 0.1, **extra)
             loss = loss[0] if isinstance(loss, tuple) else loss
             (loss / n_tgt).backward()
             opt.step()
@@ -126,6 +153,9 @@ def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool) -> 
     out["flops_per_step"] = flops
     out["target_tokens"] = n_tgt
     out["speedup_core_over_peer"] = out["core"]["tgt_tokens_per_s"] / out["torch.nn.Transformer"]["tgt_tokens_per_s"]
+    if pack:
+        out["speedup_packed_over_peer"] = (out["core (packed)"]["tgt_tokens_per_s"]
+                                           / out["torch.nn.Transformer"]["tgt_tokens_per_s"])
     return out
 
 
@@ -204,14 +234,15 @@ def _bench_preset(preset: str, args) -> dict:
     tokens = args.tokens or (25_000 if device.type == "cuda" else 4096)
     n_sent = max(1, tokens // args.sentence_len)
     torch.manual_seed(0)
-    batch = synthetic_batch(n_sent, args.sentence_len, cfg.vocab_size, device)
+    batch = synthetic_batch(n_sent, args.sentence_len, cfg.vocab_size, device, vary=args.vary)
+    lengths = f"{round(0.6 * args.sentence_len)}..{round(1.4 * args.sentence_len)}" if args.vary else args.sentence_len
     report = {"preset": preset, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "batch": f"{n_sent} x {args.sentence_len} source + target tokens"}
+              "batch": f"{n_sent} sentences x {lengths} source + target tokens"}
     report["matmul_peak_tflops"] = matmul_peak(device, dtype)
-    report["training"] = bench_training(cfg, device, dtype, batch, args.repeats, compile_models=False)
+    report["training"] = bench_training(cfg, device, dtype, batch, args.repeats, False, args.pack)
     if args.compile:
-        report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, compile_models=True)
+        report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, True, args.pack)
     if not args.no_decode:
         n_dec = 64 if device.type == "cuda" else 8
         report["decoding"] = bench_decoding(cfg, device, dtype, n_dec, args.sentence_len, 100, args.repeats)
@@ -231,12 +262,14 @@ def _print(r: dict) -> None:
         t = r[key]
         print(f"\n{key} (counted {t['flops_per_step'] / 1e9:.1f} GFLOP per step, {t['target_tokens']} target tokens)")
         print(f"  {'model':<22}{'step ms':>10}{'tgt tok/s':>12}{'TFLOP/s':>9}{'% peak':>8}{'peak GiB':>10}")
-        for name in ("core", "torch.nn.Transformer"):
+        for name in [n for n in ("core", "core (packed)", "torch.nn.Transformer") if n in t]:
             m = t[name]
             mem = f"{m['peak_mem_gib']:.2f}" if m["peak_mem_gib"] is not None else "n/a"
             print(f"  {name:<22}{m['step_ms']:>10.1f}{m['tgt_tokens_per_s']:>12,.0f}{m['tflops']:>9.3f}"
                   f"{100 * m['tflops'] / peak:>7.1f}%{mem:>10}")
         print(f"  core / torch.nn.Transformer: {t['speedup_core_over_peer']:.2f}x")
+        if "speedup_packed_over_peer" in t:
+            print(f"  core (packed) / torch.nn.Transformer: {t['speedup_packed_over_peer']:.2f}x")
     if "decoding" in r:
         d = r["decoding"]
         print(f"\ndecoding ({d['sentences']} sentences, {d['output_len']} output tokens each)")

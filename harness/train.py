@@ -21,7 +21,8 @@ import torch
 from model import Transformer, TransformerConfig, count_parameters
 
 from .allocator import pin_allocator
-from .data.batching import Prefetcher, bucket_batches, epoch_order, padding_fraction, token_batches
+from .data.batching import (Prefetcher, bucket_batches, epoch_order, packed_batches, padding_fraction,
+                            token_batches)
 from .data.corpus import DataConfig, Dataset, load_dataset
 from .errors import UserError
 from .evaluate import evaluate, perplexity
@@ -58,6 +59,7 @@ class TrainConfig:
     compile_mode: str = "default"      # torch.compile mode; reduce-overhead adds CUDA graphs (static shapes)
     shape_buckets: bool = False        # batches of a few fixed shapes (bucket_batches): one compile per shape
     prefetch: int = 2                  # batches gathered ahead on a background thread (0: in the loop)
+    pack: bool = False                 # sentences end to end without padding, variable-length attention (GPU)
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -74,6 +76,9 @@ class TrainConfig:
             raise UserError(f"compile_mode {self.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
         if self.prefetch < 0:
             raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
+        if self.pack and self.shape_buckets:
+            raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
+                            "set one of them.")
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -92,10 +97,10 @@ def training_loss(model: Transformer, cfg: TrainConfig, n_shapes: int = 0) -> Ca
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-    body = torch.compile(model.hidden, dynamic=not n_shapes, mode=cfg.compile_mode)
+    body = torch.compile(model.hidden, dynamic=not n_shapes, mode=cfg.compile_mode)   # packed: dynamic
 
-    def loss(src, tgt_in, tgt_out, label_smoothing):
-        return model.loss(src, tgt_in, tgt_out, label_smoothing, hidden=body(src, tgt_in))
+    def loss(src, tgt_in, tgt_out, label_smoothing, packing=None):
+        return model.loss(src, tgt_in, tgt_out, label_smoothing, hidden=body(src, tgt_in, packing))
     return loss
 
 
@@ -253,12 +258,14 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
     shapes = None
     if train_cfg.shape_buckets:
         batches, shapes = bucket_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
+    elif train_cfg.pack:
+        batches = packed_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
     else:
         batches = token_batches(train_data.src_lens, train_data.tgt_lens, train_cfg.max_tokens)
     if not batches:
         raise UserError(f"training data in {data.root} holds no usable pairs (all longer than max_len?).")
     accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))
-    pad_frac = padding_fraction(batches, train_data.src_lens, train_data.tgt_lens, shapes)
+    pad_frac = 0.0 if train_cfg.pack else padding_fraction(batches, train_data.src_lens, train_data.tgt_lens, shapes)
     loss_fn = training_loss(model, train_cfg, n_shapes=len(set(shapes)) if shapes else 0)
 
     ckpt_dir = out / "checkpoints"
@@ -297,7 +304,10 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
             stream["order"] = epoch_order(len(batches), train_cfg.seed, stream["epoch"])
         i = stream["order"][stream["position"]]
         stream["position"] += 1
-        b = train_data.collate(batches[i], shapes[i] if shapes else None)
+        if train_cfg.pack:
+            b = train_data.collate_packed(batches[i])
+        else:
+            b = train_data.collate(batches[i], shapes[i] if shapes else None)
         return (b.pin_memory() if device.type == "cuda" else b), stream["epoch"], stream["position"]
     feed = Prefetcher(produce, train_cfg.prefetch) if train_cfg.prefetch else None
 
@@ -339,7 +349,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
             for b in micro:
                 b = b.to(device)
                 with autocast():
-                    loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing)
+                    loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, train_cfg.label_smoothing, packing=b.packing)
                 (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
                 loss_sum += loss.detach()
             if fault and fault[1] == step + 1:

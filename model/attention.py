@@ -9,6 +9,7 @@ The one exception is a CPU with short sequences, where two matmuls and a softmax
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,32 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
 
 
+@dataclass
+class Packed:
+    """Sentences laid end to end in one row of N tokens, without padding: token i is position pos[i] of
+    sentence seq[i]. cu holds the cumulative lengths (0, l_0, l_0 + l_1, ..., N) that variable-length
+    attention kernels take."""
+
+    lengths: torch.Tensor     # (n,) tokens per sentence
+    cu: torch.Tensor          # (n + 1,) int32
+    seq: torch.Tensor         # (N,)
+    pos: torch.Tensor         # (N,)
+    max_len: int
+
+    @classmethod
+    def of(cls, lengths: torch.Tensor) -> "Packed":
+        lengths = lengths.long()
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.long, device=lengths.device)
+        cu[1:] = lengths.cumsum(0)
+        seq = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+        pos = torch.arange(int(cu[-1]), device=lengths.device) - cu[:-1].repeat_interleave(lengths)
+        return cls(lengths, cu.int(), seq, pos, int(lengths.max()) if len(lengths) else 0)
+
+    def to(self, device) -> "Packed":
+        return Packed(*(t.to(device, non_blocking=True) for t in (self.lengths, self.cu, self.seq, self.pos)),
+                      self.max_len)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V."""
 
@@ -68,10 +95,12 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, n, -1).transpose(1, 2)                           # (B, h, T, d)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                causal: bool = False, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+                causal: bool = False, cache: KVCache | None = None, offset: int = 0,
+                packed: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         """x: (B, T, d_model). mask: boolean (B, 1, 1, S), True where a key may be attended, or None.
         causal: decoder self-attention over a whole sequence. cache/offset: incremental decoding, where x
-        holds the positions offset .. offset + T - 1 and earlier keys come from the cache."""
+        holds the positions offset .. offset + T - 1 and earlier keys come from the cache.
+        packed: (queries, keys) of a packed batch (B = 1, sentences end to end); mask is then unused."""
         q_dim, k_dim, v_dim = self.splits
         if self.cross:
             q = self._heads(self.q_proj(x), self.n_heads)
@@ -86,7 +115,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.qkv_proj(x).split((q_dim, k_dim, v_dim), dim=-1)
             q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
             if self.rotary is not None:
-                q, k = self.rotary(q, offset), self.rotary(k, offset)
+                positions = packed[0].pos if packed is not None else None
+                q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
             if cache is not None:
                 end = offset + x.size(1)
                 cache.k[:, :, offset:end] = k
@@ -95,8 +125,11 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.k[:, :, :end], cache.v[:, :, :end]
                 # The new queries are the latest positions: with one query per step no future key exists.
                 causal = causal and x.size(1) > 1
-        out = attend(q, k, v, mask, causal, self.p_attn_drop if self.training else 0.0,
-                     gqa=self.n_kv_heads != self.n_heads)                  # (B, h, T, d_v)
+        p_drop, gqa = self.p_attn_drop if self.training else 0.0, self.n_kv_heads != self.n_heads
+        if packed is not None:
+            out = attend_packed(q, k, v, packed[0], packed[1], causal, p_drop, gqa)
+        else:
+            out = attend(q, k, v, mask, causal, p_drop, gqa=gqa)           # (B, h, T, d_v)
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_v))
 
@@ -154,6 +187,44 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     if dropout_p:
         weights = dropout(weights, dropout_p, training=True)
     return weights @ v
+
+
+try:                                         # flash-attention's variable-length kernel (CUDA, torch >= 2.10)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+_varlen_failed: str | None = None
+
+
+def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
+                  dropout_p: float, gqa: bool) -> torch.Tensor:
+    """Attention within each sentence of a packed batch: q (1, h, Nq, d_k), k and v (1, h_kv, Nk, d),
+    query sentence i attending to key sentence i only (causally for decoder self-attention).
+
+    On CUDA with bf16/fp16 inputs and no attention dropout: the variable-length flash kernel, which does
+    the arithmetic of each sentence and nothing more. Elsewhere the same result the long way: each
+    sentence put back into a padded (sentences x longest) layout, attended as usual, and gathered out."""
+    global _varlen_failed
+    if (varlen_attn is not None and _varlen_failed is None and q.is_cuda and dropout_p == 0
+            and q.dtype in (torch.bfloat16, torch.float16) and _path != "explicit"):
+        try:
+            out = varlen_attn(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq.cu, pk.cu,
+                              pq.max_len, pk.max_len, window_size=(-1, 0) if causal else (-1, -1),
+                              enable_gqa=gqa)                              # (Nq, h, d_v)
+            return out.transpose(0, 1)[None]
+        except (TypeError, RuntimeError, NotImplementedError) as err:    # an older or partial torch
+            _varlen_failed = f"{type(err).__name__}: {err}"
+            warnings.warn(f"variable-length attention unavailable ({_varlen_failed}); packed batches are "
+                          "attended through a padded layout instead", stacklevel=2)
+
+    def padded(x: torch.Tensor, p: Packed) -> torch.Tensor:           # (1, h, N, d) -> (n, h, L, d)
+        out = x.new_zeros(len(p.lengths), x.size(1), p.max_len, x.size(-1))
+        out[p.seq, :, p.pos] = x[0].transpose(0, 1)
+        return out
+    # Causal self-attention needs no key mask (right padding lies in every real query's future).
+    mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
+    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, gqa)
+    return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,

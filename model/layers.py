@@ -81,9 +81,12 @@ class PositionalEncoding(nn.Module):
             self.table = nn.Parameter(torch.empty(cfg.max_len, cfg.d_model))
             nn.init.normal_(self.table, std=cfg.d_model ** -0.5)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """positions: the position of each token of a packed row (N,), instead of offset .. offset + T - 1."""
         if self.kind == "rope":
             return x
+        if positions is not None:
+            return x + self.table[positions].to(x.dtype)
         end = offset + x.size(1)
         if end > self.max_len:
             raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
@@ -101,12 +104,13 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
         self.max_len = cfg.max_len
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        # x: (B, h, T, d_k)
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        # x: (B, h, T, d_k); positions: (T,) of a packed row, instead of offset .. offset + T - 1
         end = offset + x.size(-2)
-        if end > self.max_len:
+        if positions is None and end > self.max_len:
             raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
-        cos, sin = self.cos[offset:end].to(x.dtype), self.sin[offset:end].to(x.dtype)   # (T, d_k/2)
+        index = positions if positions is not None else slice(offset, end)
+        cos, sin = self.cos[index].to(x.dtype), self.sin[index].to(x.dtype)             # (T, d_k/2)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)         # (B, h, T, d_k/2, 2)
         return out.flatten(-2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, Packed
 from .config import TransformerConfig
 from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
 from .loss import vocab_loss
@@ -37,8 +37,8 @@ class EncoderLayer(nn.Module):
         self.self_attn = Residual(cfg, MultiHeadAttention(cfg))
         self.ffn = Residual(cfg, FeedForward(cfg))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.ffn(self.self_attn(x, mask=mask))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
+        return self.ffn(self.self_attn(x, mask=mask, packed=(packed, packed) if packed is not None else None))
 
 
 class DecoderLayer(nn.Module):
@@ -49,11 +49,16 @@ class DecoderLayer(nn.Module):
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                cache: tuple[KVCache, KVCache] | None = None, offset: int = 0) -> torch.Tensor:
+                cache: tuple[KVCache, KVCache] | None = None, offset: int = 0,
+                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+        """packing: (source, target) of a packed batch."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
+        src, tgt = packing if packing is not None else (None, None)
         # Right-padded targets need no padding mask here: causality already hides every later (pad) position.
-        x = self.self_attn(x, causal=True, cache=self_cache, offset=offset)
-        x = self.cross_attn(x, memory=memory, mask=mask, cache=cross_cache)
+        x = self.self_attn(x, causal=True, cache=self_cache, offset=offset,
+                           packed=(tgt, tgt) if packing is not None else None)
+        x = self.cross_attn(x, memory=memory, mask=mask, cache=cross_cache,
+                            packed=(tgt, src) if packing is not None else None)
         return self.ffn(x)
 
 
@@ -100,9 +105,10 @@ class Transformer(nn.Module):
 
     # --- pieces, exposed for decoding, parity tests and probes ---
 
-    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
+    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0,
+              packed: Packed | None = None) -> torch.Tensor:
         x = table(tokens) * self.cfg.d_model ** 0.5                         # (B, T, d_model)
-        return self.embed_drop(self.positions(x, offset))
+        return self.embed_drop(self.positions(x, offset, packed.pos if packed is not None else None))
 
     def padding_mask(self, src: torch.Tensor) -> torch.Tensor | None:
         """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path).
@@ -112,44 +118,52 @@ class Transformer(nn.Module):
             return keep[:, None, None, :]
         return None if bool(keep.all()) else keep[:, None, None, :]
 
-    def run_encoder(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def run_encoder(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
         for layer in self.encoder.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, packed)
         return self.encoder.final_norm(x)
 
     def run_decoder(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list | None = None, offset: int = 0) -> torch.Tensor:
+                    cache: list | None = None, offset: int = 0,
+                    packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         for i, layer in enumerate(self.decoder.layers):
-            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset)
+            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
         return self.decoder.final_norm(y)
 
-    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        mask = self.padding_mask(src)
-        return self.run_encoder(self.embed(src, self.src_embed), mask), mask
+    def encode(self, src: torch.Tensor, packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """packed: src is one row of sentences end to end (1, N) with this layout; no padding mask then."""
+        mask = self.padding_mask(src) if packed is None else None
+        return self.run_encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.run_decoder(self.embed(tgt_in, self.tgt_embed), memory, mask)
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
+               packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+        y = self.embed(tgt_in, self.tgt_embed, packed=packing[1] if packing is not None else None)
+        return self.run_decoder(y, memory, mask, packing=packing)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, vocab)."""
         return self.out_proj(self.hidden(src, tgt_in))
 
-    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor,
+               packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         """The teacher-forced decoder output (B, T, d_model): everything before the vocabulary projection,
-        and the part of a training step that the trainer compiles."""
-        memory, mask = self.encode(src)
-        return self.decode(tgt_in, memory, mask)
+        and the part of a training step that the trainer compiles. packing: (source, target) layouts of a
+        packed batch, src (1, N_src) and tgt_in (1, N_tgt) holding the sentences end to end."""
+        memory, mask = self.encode(src, packing[0] if packing is not None else None)
+        return self.decode(tgt_in, memory, mask, packing)
 
     def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0,
-             hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+             hidden: torch.Tensor | None = None, packing: tuple[Packed, Packed] | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Summed training loss (label-smoothed, §5.4), summed plain NLL, and the number of target tokens.
         hidden: `self.hidden(src, tgt_in)` when the caller computed it (with a compiled `hidden`).
+        packing: the layouts of a packed batch (see `hidden`); its targets have no padding.
 
         Logits are built only for real (non-pad) target positions: with token batches about a tenth of the
         rows are padding, and the vocabulary projection is the largest matmul of the step. The projection
         and the loss run together (model/loss.py), so the (N, vocab) logits are never held whole."""
         if hidden is None:
-            hidden = self.hidden(src, tgt_in)                               # (B, T, d_model)
+            hidden = self.hidden(src, tgt_in, packing)                      # (B, T, d_model)
         keep = tgt_out != self.cfg.pad_id
         target = tgt_out[keep]
         loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing)   # out_proj: no bias

@@ -109,6 +109,21 @@ def test_bench_prints_core_and_peer_throughput(capsys):
     assert report["training"]["flops_per_step"] > 0
 
 
+def test_bench_times_the_packed_core_on_varied_lengths_and_counts_only_real_tokens(capsys):
+    code, out, _ = run(capsys, "bench", "--preset", "tiny", "--tokens", "256", "--repeats", "1", "--no-decode",
+                       "--vary", "--pack", "--json")
+    assert code == 0
+    t = json.loads(out)["training"]
+    assert t["core (packed)"]["tgt_tokens_per_s"] > 0 and t["speedup_packed_over_peer"] > 0
+    from harness.bench import synthetic_batch
+    from harness.probes.flops import count_analytic
+    from model import get_preset
+    src, _, tgt_out = synthetic_batch(256 // 25, 25, get_preset("tiny").vocab_size, "cpu", vary=True)
+    assert t["target_tokens"] == int((tgt_out != 0).sum()) < tgt_out.numel()          # padded, varied
+    padded = count_analytic(get_preset("tiny"), src.size(0), src.size(1), tgt_out.size(1))["step_flops"]
+    assert 0 < t["flops_per_step"] < padded
+
+
 def test_report_without_a_store_creates_nothing(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

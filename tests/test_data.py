@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from harness.data.batching import (LENGTH_BUCKETS, ParallelData, Prefetcher, bucket_batches, bucket_length, epoch_order,
+                                    packed_batches,
                                     padding_fraction, token_batches)
 from harness.data.bpe import BOS, EOS, PAD, Tokenizer, train_bpe
 from harness.data.synth import generate
@@ -118,3 +119,20 @@ def test_prefetcher_keeps_the_order_and_raises_the_producers_error_in_turn():
     endless = Prefetcher(lambda: 0, depth=1)
     endless.close()
     assert not endless._thread.is_alive()
+
+
+def test_packed_batches_count_real_tokens_and_a_packed_batch_has_no_padding():
+    rng = np.random.default_rng(1)
+    src_lens, tgt_lens = rng.integers(2, 60, 500), rng.integers(2, 60, 500)
+    batches = packed_batches(src_lens, tgt_lens, 1000)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+    assert all(src_lens[b].sum() <= 1000 and tgt_lens[b].sum() <= 1000 for b in batches)
+    assert len(batches) < len(token_batches(src_lens, tgt_lens, 1000))   # no padding: fuller batches
+    data = ParallelData([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    b = data.collate_packed(np.array([1, 0]))
+    assert b.src.tolist() == [[8, EOS, 5, 6, 7, EOS]]
+    assert b.tgt_in.tolist() == [[BOS, 11, 12, 13, BOS, 9, 10]]
+    assert b.tgt_out.tolist() == [[11, 12, 13, EOS, 9, 10, EOS]]
+    src, tgt = b.packing
+    assert src.cu.tolist() == [0, 2, 6] and tgt.pos.tolist() == [0, 1, 2, 3, 0, 1, 2] and tgt.max_len == 4
+    assert b.n_tgt_tokens == 7 and b.n_src_tokens == 6

@@ -354,3 +354,46 @@ def test_model_loss_is_the_same_on_the_fused_and_plain_paths_under_autocast_too(
         (l1, n1, g1), (l2, n2, g2) = results[amp, "fused"], results[amp, "plain"]
         assert torch.allclose(l1, l2, rtol=tol) and torch.allclose(n1, n2, rtol=tol)
         assert all(torch.allclose(a, b, atol=tol * max(1.0, b.abs().max().item())) for a, b in zip(g1, g2))
+
+
+@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms", "dk_dv"])
+def test_a_packed_batch_gives_each_sentence_what_the_padded_batch_gives_it(name):
+    from model.attention import Packed
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS[name]))
+    src_lens, tgt_lens = torch.tensor([5, 2, 7]), torch.tensor([4, 6, 3])
+    src = torch.zeros(3, 7, dtype=torch.long)
+    tgt_in, tgt_out = torch.zeros(3, 6, dtype=torch.long), torch.zeros(3, 6, dtype=torch.long)
+    for i in range(3):
+        src[i, :src_lens[i]] = torch.randint(4, 40, (int(src_lens[i]),))
+        tgt_in[i, :tgt_lens[i]] = torch.randint(4, 40, (int(tgt_lens[i]),))
+        tgt_out[i, :tgt_lens[i]] = torch.randint(4, 40, (int(tgt_lens[i]),))
+    packing = (Packed.of(src_lens), Packed.of(tgt_lens))
+    real_src, real_tgt = src != 0, tgt_in != 0
+    padded = model.hidden(src, tgt_in)[real_tgt]                         # (N_tgt, d) in sentence order
+    packed = model.hidden(src[real_src][None], tgt_in[real_tgt][None], packing)[0]
+    assert torch.allclose(packed, padded, atol=1e-5)
+    losses = []
+    for args in ((src, tgt_in, tgt_out), (src[real_src][None], tgt_in[real_tgt][None], tgt_out[real_tgt][None])):
+        model.zero_grad()
+        loss, nll, n = model.loss(*args, label_smoothing=0.1, packing=packing if args[0].size(0) == 1 else None)
+        loss.backward()
+        losses.append((loss.detach(), n, [p.grad.clone() for p in model.parameters()]))
+    (l1, n1, g1), (l2, n2, g2) = losses
+    assert n1 == n2 == 13 and torch.allclose(l1, l2, rtol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5 * max(1.0, b.abs().max().item())) for a, b in zip(g1, g2))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_varlen_kernel_agrees_with_the_padded_layout_on_cuda():
+    from model.attention import Packed, attend_packed, attention_path
+    torch.manual_seed(0)
+    lens = torch.tensor([5, 17, 1, 30], device="cuda")
+    p = Packed.of(lens)
+    q, k, v = (torch.randn(1, 4, int(lens.sum()), 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for causal in (False, True):
+        fast = attend_packed(q, k, v, p, p, causal, 0.0, False)
+        with attention_path("explicit"):                                 # forces the padded layout
+            slow = attend_packed(q, k, v, p, p, causal, 0.0, False)
+        assert torch.allclose(fast.float(), slow.float(), atol=2e-2)

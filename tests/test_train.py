@@ -141,10 +141,10 @@ def test_filler_rows_and_padding_of_a_bucketed_batch_change_no_loss_or_gradient(
     assert all(torch.allclose(a, b, atol=1e-6 * max(1.0, b.abs().max().item())) for a, b in zip(g1, g2))
 
 
-def test_prefetching_changes_nothing_and_bucketed_training_reports_its_shapes(tmp_path, data_cfg, dataset):
+def test_prefetching_changes_nothing_and_bucketed_and_packed_training_run(tmp_path, data_cfg, dataset):
     curves = {}
     for name, overrides in {"inline": dict(prefetch=0), "prefetch": dict(prefetch=3),
-                            "buckets": dict(shape_buckets=True)}.items():
+                            "buckets": dict(shape_buckets=True), "packed": dict(pack=True)}.items():
         cfg = dataclasses.replace(TRAIN, steps=4, checkpoint_every=0, **overrides)
         metrics = train(MODEL, cfg, data_cfg, tmp_path / name, quiet=True, dataset=dataset)
         curves[name] = [json.loads(ln)["train_loss"] for ln in (tmp_path / name / "metrics.jsonl").open()]
@@ -152,6 +152,9 @@ def test_prefetching_changes_nothing_and_bucketed_training_reports_its_shapes(tm
     assert curves["inline"] == curves["prefetch"]
     assert curves["buckets_metrics"]["batch_shapes"] >= 1 and curves["inline_metrics"]["batch_shapes"] is None
     assert curves["buckets_metrics"]["padding_fraction"] > curves["inline_metrics"]["padding_fraction"]
+    assert curves["packed_metrics"]["padding_fraction"] == 0.0 and curves["packed"][-1] < curves["packed"][0]
+    with pytest.raises(UserError, match="exclude each other"):
+        dataclasses.replace(TRAIN, pack=True, shape_buckets=True).validate()
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from model.attention import Packed
+
 from .bpe import BOS, EOS, PAD
 
 
@@ -29,15 +31,17 @@ class Batch:
     tgt_out: torch.Tensor    # (B, T) target ids + EOS
     n_tgt_tokens: int        # real target tokens (the loss is averaged over these)
     n_src_tokens: int
+    packing: tuple[Packed, Packed] | None = None   # packed batches: (1, N) rows, (source, target) layouts
 
     def pin_memory(self) -> "Batch":
         """Page-locked copies, so that `to(cuda, non_blocking)` overlaps the copy with computation."""
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
-                     self.n_tgt_tokens, self.n_src_tokens)
+                     self.n_tgt_tokens, self.n_src_tokens, self.packing)
 
     def to(self, device) -> "Batch":
+        packing = tuple(p.to(device) for p in self.packing) if self.packing is not None else None
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
-                     self.tgt_out.to(device, non_blocking=True), self.n_tgt_tokens, self.n_src_tokens)
+                     self.tgt_out.to(device, non_blocking=True), self.n_tgt_tokens, self.n_src_tokens, packing)
 
 
 class ParallelData:
@@ -83,6 +87,16 @@ class ParallelData:
         tgt_out = self._pad(self._tgt_out, self._tgt_start[index], self.tgt_lens[index], rows, t_len)
         src[len(index):, 0], tgt_in[len(index):, 0] = EOS, BOS                    # filler rows
         return Batch(src, tgt_in, tgt_out, int(self.tgt_lens[index].sum()), int(self.src_lens[index].sum()))
+
+    def collate_packed(self, index: np.ndarray) -> Batch:
+        """The pairs `index` end to end in one row each side, (1, N_src) and (1, N_tgt), no padding."""
+        def row(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> torch.Tensor:
+            offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+            return torch.from_numpy(flat[offsets].astype(np.int64))[None]
+        s_lens, t_lens = self.src_lens[index], self.tgt_lens[index]
+        packing = (Packed.of(torch.from_numpy(s_lens)), Packed.of(torch.from_numpy(t_lens)))
+        return Batch(row(self._src, self._src_start[index], s_lens), row(self._tgt_in, self._tgt_start[index], t_lens),
+                     row(self._tgt_out, self._tgt_start[index], t_lens), int(t_lens.sum()), int(s_lens.sum()), packing)
 
     @staticmethod
     def _pad(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray, rows: int, length: int) -> torch.Tensor:
@@ -146,6 +160,21 @@ def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int
             batches.append(members[start:start + rows])
             shapes.append((rows, length, length))
     return batches, shapes
+
+
+def packed_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Batches for packing: neighbours in length as in `token_batches`, but the budget counts real tokens
+    (a packed batch has no padding), so a batch holds up to max_tokens tokens on each side."""
+    order = np.lexsort((src_lens, tgt_lens))
+    batches, start, s_sum, t_sum = [], 0, 0, 0
+    for pos, i in enumerate(order):
+        if pos > start and max(s_sum + src_lens[i], t_sum + tgt_lens[i]) > max_tokens:
+            batches.append(order[start:pos])
+            start, s_sum, t_sum = pos, 0, 0
+        s_sum, t_sum = s_sum + src_lens[i], t_sum + tgt_lens[i]
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
 
 
 def padding_fraction(batches: list[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray,
