@@ -23,7 +23,7 @@ from model.layers import sinusoid_table
 from .allocator import pin_allocator
 from .errors import UserError
 from .probes.flops import count_analytic
-from .train import TrainConfig, resolve_device, training_loss
+from .train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -102,16 +102,20 @@ def matmul_peak(device, dtype) -> float:
     return 2 * n ** 3 / min(times) / 1e12
 
 
-def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pack: bool = False) -> dict:
+def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pack: bool = False,
+                   compile_mode: str = "default") -> dict:
     n_tgt = int((batch[2] != PAD).sum())
     core = Transformer(cfg)
-    # name: (model, loss function, its batch, packing)
-    entrants = {"core": (core, training_loss(core, TrainConfig(compile=compile_models)), batch, None)}
+    # name: (model, loss function, its batch, packing). The core is compiled as `train` compiles it, for
+    # static shapes here (the padded batch, and the packed one if timed).
+    body = training_loss(core, TrainConfig(compile=compile_models, compile_mode=compile_mode), n_shapes=1 + pack)
+    entrants = {"core": (core, body, batch, None)}
     if pack:
         packed_batch, packing = packed(batch)
         entrants["core (packed)"] = (core, entrants["core"][1], packed_batch, packing)
     peer = TorchTransformerPeer(cfg)
-    entrants["torch.nn.Transformer"] = (peer, torch.compile(peer.loss) if compile_models else peer.loss, batch, None)
+    peer_loss = torch.compile(peer.loss, mode=compile_mode) if compile_models else peer.loss
+    entrants["torch.nn.Transformer"] = (peer, peer_loss, batch, None)
     steps = {}
     # The analytic count (harness/probes/flops.py, which fvcore and torch's FlopCounterMode match exactly)
     # of the real tokens, sentence by sentence: padding is not work, and every entrant is credited alike.
@@ -229,6 +233,8 @@ def _bench_preset(preset: str, args) -> dict:
         raise UserError(f"--dtype {args.dtype!r} is not known; use fp32, bf16 or auto.")
     if dtype == torch.bfloat16 and device.type != "cuda":
         raise UserError("--dtype bf16 is benchmarked on CUDA only (autocast); use fp32 on CPU.")
+    if args.compile_mode not in COMPILE_MODES:
+        raise UserError(f"--compile-mode {args.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
     if args.repeats < 1 or args.sentence_len < 2:
         raise UserError("--repeats must be at least 1 and --sentence-len at least 2.")
     tokens = args.tokens or (25_000 if device.type == "cuda" else 4096)
@@ -242,7 +248,8 @@ def _bench_preset(preset: str, args) -> dict:
     report["matmul_peak_tflops"] = matmul_peak(device, dtype)
     report["training"] = bench_training(cfg, device, dtype, batch, args.repeats, False, args.pack)
     if args.compile:
-        report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, True, args.pack)
+        report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, True, args.pack,
+                                                     args.compile_mode)
     if not args.no_decode:
         n_dec = 64 if device.type == "cuda" else 8
         report["decoding"] = bench_decoding(cfg, device, dtype, n_dec, args.sentence_len, 100, args.repeats)

@@ -176,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--sentence-len", type=int, default=25, help="mean sentence length in tokens")
     be.add_argument("--repeats", type=int, default=10)
     be.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
+    be.add_argument("--compile-mode", default="default", help="torch.compile mode (reduce-overhead: CUDA graphs)")
     be.add_argument("--vary", action="store_true", help="sentence lengths 0.6..1.4 x --sentence-len, padded")
     be.add_argument("--pack", action="store_true", help="also time the core on the same sentences packed")
     be.add_argument("--no-decode", action="store_true", help="skip the decoding benchmarks")
