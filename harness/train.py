@@ -57,8 +57,12 @@ class TrainConfig:
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
     compile: bool = False              # torch.compile the encoder-decoder (the projection + loss stay eager)
     compile_mode: str = "default"      # torch.compile mode; reduce-overhead adds CUDA graphs (static shapes)
+    # DEVIATION (off by default): shape_buckets groups pairs by rounded length into batches of fixed rows,
+    # so a batch carries up to a fifth more padding and fewer real tokens than §5.1's length-sorted batches.
     shape_buckets: bool = False        # batches of a few fixed shapes (bucket_batches): one compile per shape
     prefetch: int = 2                  # batches gathered ahead on a background thread (0: in the loop)
+    # DEVIATION (off by default): pack fills max_tokens with real tokens, so a packed batch holds more pairs
+    # than a padded one of the same budget (the padding fraction more); each sentence's arithmetic is unchanged.
     pack: bool = False                 # sentences end to end without padding, variable-length attention (GPU)
 
     def validate(self) -> None:
