@@ -8,7 +8,6 @@ The one exception is a CPU with short sequences, where two matmuls and a softmax
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import TransformerConfig
+from .config import Switch, TransformerConfig
 from .layers import Rotary, dropout
 
 
@@ -142,21 +141,13 @@ class MultiHeadAttention(nn.Module):
 
 # On a CPU, sequences with at most this many keys are attended with explicit matmuls (see `attend`).
 CPU_EXPLICIT_MAX_KEYS = 64
-_path = "auto"
+ATTENTION = Switch("attention path", ("auto", "sdpa", "explicit"))
 
 
-@contextlib.contextmanager
 def attention_path(path: str):
-    """Force one attention implementation ("sdpa" or "explicit"; "auto" chooses) inside the block: the
+    """Force one attention implementation ("sdpa" or "explicit"; "auto" chooses) inside a with-block: the
     parity tests hold both to the written-out reference, and the bench can time either."""
-    global _path
-    if path not in ("auto", "sdpa", "explicit"):
-        raise ValueError(f"attention path {path!r} is not one of auto, sdpa, explicit.")
-    old, _path = _path, path
-    try:
-        yield
-    finally:
-        _path = old
+    return ATTENTION.use(path)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
@@ -167,7 +158,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     SDPA everywhere, except on a CPU when S <= CPU_EXPLICIT_MAX_KEYS: there SDPA's flash kernel spends
     more on tiling than the arithmetic it saves. Measured on 2 cores, forward + backward of 164 sentences x
     4 heads x 25 tokens, d_k 32: SDPA 5.7 ms, the explicit form 3.4 ms; at 64 tokens they are level."""
-    path = _path
+    path = ATTENTION.value
     if path == "auto":
         short = q.size(-2) > 1 and k.size(-2) <= CPU_EXPLICIT_MAX_KEYS   # one query (a decoding step): SDPA's
         path = "explicit" if q.device.type == "cpu" and short else "sdpa"  # single call costs least
@@ -207,7 +198,7 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
     sentence put back into a padded (sentences x longest) layout, attended as usual, and gathered out."""
     global _varlen_failed
     if (varlen_attn is not None and _varlen_failed is None and q.is_cuda and dropout_p == 0
-            and q.dtype in (torch.bfloat16, torch.float16) and _path != "explicit"):
+            and q.dtype in (torch.bfloat16, torch.float16) and ATTENTION.value != "explicit"):
         try:
             out = varlen_attn(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq.cu, pk.cu,
                               pq.max_len, pk.max_len, window_size=(-1, 0) if causal else (-1, -1),

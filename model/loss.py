@@ -16,26 +16,18 @@ per target token. Two implementations of the same arithmetic:
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 
-_path = "auto"
+from .config import Switch
+
+LOSS = Switch("loss path", ("auto", "plain", "fused"))
 
 
-@contextlib.contextmanager
 def loss_path(path: str):
-    """Force "plain" (logits, then `smoothed_cross_entropy`) or "fused" (`LinearCrossEntropy`) inside the
-    block; "auto" is fused except under torch.compile, which fuses the plain form itself."""
-    global _path
-    if path not in ("auto", "plain", "fused"):
-        raise ValueError(f"loss path {path!r} is not one of auto, plain, fused.")
-    old, _path = _path, path
-    try:
-        yield
-    finally:
-        _path = old
+    """Force "plain" (logits, then `smoothed_cross_entropy`) or "fused" (`LinearCrossEntropy`) inside a
+    with-block; "auto" is fused except under torch.compile, which fuses the plain form itself."""
+    return LOSS.use(path)
 
 
 def smoothed_cross_entropy(z: torch.Tensor, t: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +91,7 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 def vocab_loss(h: torch.Tensor, weight: torch.Tensor, t: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed loss and summed NLL of the projection h W^T against targets t."""
-    fused = _path == "fused" or (_path == "auto" and not torch.compiler.is_compiling())
+    fused = LOSS.value == "fused" or (LOSS.value == "auto" and not torch.compiler.is_compiling())
     if fused:
         loss, nll = LinearCrossEntropy.apply(h, weight, t, float(eps), block_rows(weight.size(0), h.device))
         return loss, nll
