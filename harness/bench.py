@@ -57,16 +57,15 @@ def synthetic_batch(n_sentences: int, length: int, vocab: int, device, seed: int
     """(src, tgt_in, tgt_out) of random tokens, every sentence `length` long, or with vary=True lengths drawn
     uniformly from 0.6 to 1.4 x length (15..35 for 25) and right-padded, as token batches are."""
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (n_sentences, length), generator=g)
-    tgt = torch.randint(4, vocab, (n_sentences, length + 1), generator=g)
+    width = round(1.4 * length) if vary else length
+    src = torch.randint(4, vocab, (n_sentences, width), generator=g)
+    tgt = torch.randint(4, vocab, (n_sentences, width + 1), generator=g)
     if vary:
-        lo, hi = max(1, round(0.6 * length)), round(1.4 * length)
-        src_lens = torch.randint(lo, hi + 1, (n_sentences,), generator=g)
-        tgt_lens = torch.randint(lo, hi + 1, (n_sentences,), generator=g)
-        src = torch.randint(4, vocab, (n_sentences, hi), generator=g)
-        tgt = torch.randint(4, vocab, (n_sentences, hi + 1), generator=g)
-        src[torch.arange(hi)[None] >= src_lens[:, None]] = PAD
-        tgt[torch.arange(hi + 1)[None] >= tgt_lens[:, None] + 1] = PAD   # tgt_in / tgt_out: length each
+        lo = max(1, round(0.6 * length))
+        src_lens = torch.randint(lo, width + 1, (n_sentences,), generator=g)
+        tgt_lens = torch.randint(lo, width + 1, (n_sentences,), generator=g)
+        src[torch.arange(width)[None] >= src_lens[:, None]] = PAD
+        tgt[torch.arange(width + 1)[None] >= tgt_lens[:, None] + 1] = PAD   # tgt_in / tgt_out: length each
     return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
 
 

@@ -90,22 +90,25 @@ class ParallelData:
 
     def collate_packed(self, index: np.ndarray) -> Batch:
         """The pairs `index` end to end in one row each side, (1, N_src) and (1, N_tgt), no padding."""
-        def row(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> torch.Tensor:
-            offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
-            return torch.from_numpy(flat[offsets].astype(np.int64))[None]
         s_lens, t_lens = self.src_lens[index], self.tgt_lens[index]
+        s_start, t_start = self._src_start[index], self._tgt_start[index]
+        rows = [torch.from_numpy(_tokens(flat, start, lens)[0])[None] for flat, start, lens in
+                ((self._src, s_start, s_lens), (self._tgt_in, t_start, t_lens), (self._tgt_out, t_start, t_lens))]
         packing = (Packed.of(torch.from_numpy(s_lens)), Packed.of(torch.from_numpy(t_lens)))
-        return Batch(row(self._src, self._src_start[index], s_lens), row(self._tgt_in, self._tgt_start[index], t_lens),
-                     row(self._tgt_out, self._tgt_start[index], t_lens), int(t_lens.sum()), int(s_lens.sum()), packing)
+        return Batch(*rows, int(t_lens.sum()), int(s_lens.sum()), packing)
 
     @staticmethod
     def _pad(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray, rows: int, length: int) -> torch.Tensor:
         out = np.full((rows, length), PAD, dtype=np.int64)
-        row = np.repeat(np.arange(len(lens)), lens)                  # (total,) the row of each token
-        col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-        out[row, col] = flat[np.repeat(starts, lens) + col]
+        tokens, col = _tokens(flat, starts, lens)
+        out[np.repeat(np.arange(len(lens)), lens), col] = tokens          # row of each token, its column
         return torch.from_numpy(out)
 
+
+def _tokens(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sequences flat[start : start + len] end to end, and each token's position in its sequence."""
+    col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    return flat[np.repeat(starts, lens) + col].astype(np.int64), col
 
 def _flat(seqs: list[list[int]]) -> np.ndarray:
     return np.fromiter((tok for seq in seqs for tok in seq), dtype=np.int32, count=sum(map(len, seqs)))
