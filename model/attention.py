@@ -8,6 +8,7 @@ The one exception is a CPU with short sequences, where two matmuls and a softmax
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass
 
@@ -183,9 +184,27 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 try:                                         # flash-attention's variable-length kernel (CUDA, torch >= 2.10)
     from torch.nn.attention.varlen import varlen_attn
+    _VARLEN_ARGS = set(inspect.signature(varlen_attn).parameters)
 except ImportError:
-    varlen_attn = None
+    varlen_attn, _VARLEN_ARGS = None, set()
 _varlen_failed: str | None = None
+
+
+def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
+            gqa: bool) -> torch.Tensor:
+    """varlen_attn on (N, h, d) layouts, across its versions: torch 2.10 takes is_causal, later ones a
+    window_size ((-1, 0) is causal); enable_gqa came later still, and without it K/V heads are repeated."""
+    kwargs = {}
+    if "window_size" in _VARLEN_ARGS:
+        kwargs["window_size"] = (-1, 0) if causal else (-1, -1)
+    elif causal:
+        kwargs["is_causal"] = True
+    if gqa and "enable_gqa" in _VARLEN_ARGS:
+        kwargs["enable_gqa"] = True
+    elif gqa:
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return varlen_attn(q, k, v, pq.cu, pk.cu, pq.max_len, pk.max_len, **kwargs)
 
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
@@ -200,10 +219,8 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
     if (varlen_attn is not None and _varlen_failed is None and q.is_cuda and dropout_p == 0
             and q.dtype in (torch.bfloat16, torch.float16) and ATTENTION.value != "explicit"):
         try:
-            out = varlen_attn(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq.cu, pk.cu,
-                              pq.max_len, pk.max_len, window_size=(-1, 0) if causal else (-1, -1),
-                              enable_gqa=gqa)                              # (Nq, h, d_v)
-            return out.transpose(0, 1)[None]
+            out = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq, pk, causal, gqa)
+            return out.transpose(0, 1)[None]                               # (Nq, h, d_v) -> (1, h, Nq, d_v)
         except (TypeError, RuntimeError, NotImplementedError) as err:    # an older or partial torch
             _varlen_failed = f"{type(err).__name__}: {err}"
             warnings.warn(f"variable-length attention unavailable ({_varlen_failed}); packed batches are "

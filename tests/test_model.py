@@ -397,3 +397,36 @@ def test_varlen_kernel_agrees_with_the_padded_layout_on_cuda():
         with attention_path("explicit"):                                 # forces the padded layout
             slow = attend_packed(q, k, v, p, p, causal, 0.0, False)
         assert torch.allclose(fast.float(), slow.float(), atol=2e-2)
+
+
+@pytest.mark.parametrize("api", ["torch 2.10: is_causal", "later: window_size, enable_gqa"])
+def test_the_varlen_adapter_speaks_each_version_of_the_kernel(monkeypatch, api):
+    """`_varlen` passes causality and grouped K/V heads the way the installed varlen_attn takes them; here a
+    written-out stand-in for the CUDA kernel, with either signature, against the padded layout."""
+    from model import attention
+    from model.attention import Packed, _varlen, attend_packed
+
+    def fake_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):        # (N, h, d) layouts, as the kernel
+        causal = kwargs.pop("is_causal", False) if api.startswith("torch 2.10") else kwargs.pop("window_size") == (-1, 0)
+        assert kwargs.pop("enable_gqa", False) == (k.size(1) != q.size(1)) and not kwargs
+        outs = []
+        for i in range(len(cu_q) - 1):
+            qi, ki, vi = (x[int(c[i]):int(c[i + 1])].transpose(0, 1) for x, c in ((q, cu_q), (k, cu_k), (v, cu_k)))
+            ki, vi = (x.repeat_interleave(qi.size(0) // x.size(0), dim=0) for x in (ki, vi))
+            outs.append(reference_attention(qi, ki, vi, causal=causal).transpose(0, 1))
+        return torch.cat(outs)
+
+    monkeypatch.setattr(attention, "varlen_attn", fake_varlen)
+    monkeypatch.setattr(attention, "_VARLEN_ARGS", {"is_causal"} if api.startswith("torch 2.10")
+                        else {"window_size", "enable_gqa"})
+    torch.manual_seed(0)
+    lens = torch.tensor([5, 9, 1, 7])
+    p = Packed.of(lens)
+    for h_kv in (4, 2):
+        q = torch.randn(1, 4, int(lens.sum()), 8)
+        k, v = torch.randn(1, h_kv, int(lens.sum()), 8), torch.randn(1, h_kv, int(lens.sum()), 8)
+        for causal in (False, True):
+            fast = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), p, p, causal,
+                           h_kv != 4).transpose(0, 1)[None]
+            slow = attend_packed(q, k, v, p, p, causal, 0.0, h_kv != 4)   # CPU: the padded layout
+            assert torch.allclose(fast, slow, atol=1e-5)
