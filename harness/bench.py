@@ -105,6 +105,24 @@ def matmul_peak(device, dtype) -> float:
     return 2 * n ** 3 / min(times) / 1e12
 
 
+def training_step(model: nn.Module, loss_fn, batch, n_tgt: int, dtype, packing=None):
+    """One training step as a closure: forward and summed loss (bf16 autocast when dtype is bf16), backward
+    of the per-token mean, and a fused Adam update (§5.3's betas and epsilon)."""
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if dtype == torch.bfloat16 else contextlib.nullcontext()
+    extra = {"packing": packing} if packing is not None else {}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with amp:
+            loss = loss_fn(*batch, 0.1, **extra)
+        loss = loss[0] if isinstance(loss, tuple) else loss
+        (loss / n_tgt).backward()
+        opt.step()
+    return step
+
+
 def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pack: bool = False,
                    compile_mode: str = "default") -> dict:
     n_tgt = int((batch[2] != PAD).sum())
@@ -126,19 +144,7 @@ def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pac
     src_lens, tgt_lens = (batch[0] != PAD).sum(1).tolist(), (batch[2] != PAD).sum(1).tolist()
     flops = sum(count_analytic(cfg, 1, s, t)["step_flops"] for s, t in zip(src_lens, tgt_lens))
     for name, (model, loss_fn, args, packing) in entrants.items():
-        model.to(device).train()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        amp = torch.autocast("cuda", dtype=torch.bfloat16) if dtype == torch.bfloat16 else contextlib.nullcontext()
-        extra = {"packing": packing} if packing is not None else {}
-
-        def step(loss_fn=loss_fn, opt=opt, amp=amp, args=args, extra=extra):
-            opt.zero_grad(set_to_none=True)
-            with amp:
-                loss = loss_fn(*args, 0.1, **extra)
-            loss = loss[0] if isinstance(loss, tuple) else loss
-            (loss / n_tgt).backward()
-            opt.step()
-        steps[name] = step
+        steps[name] = training_step(model.to(device), loss_fn, args, n_tgt, dtype, packing)
     results = {name: [] for name in steps}
     for name, step in steps.items():          # warm-up (and compilation)
         for _ in range(3):
@@ -180,17 +186,24 @@ def bench_decoding(cfg, device, dtype, n_sentences: int, src_len: int, out_len: 
         with amp():
             return fn()
     out = {}
-    for name, fn in {
+    runs = {
         "greedy_cached": lambda: greedy(model, src, BOS, -1, max_extra=extra),
         "greedy_uncached": lambda: greedy(model, src, BOS, -1, max_extra=extra, use_cache=False),
         "beam4_cached": lambda: beam_search(model, src, BOS, -1, beam_size=4, max_extra=extra),
         "beam4_uncached": lambda: beam_search(model, src, BOS, -1, beam_size=4, max_extra=extra, use_cache=False),
-    }.items():
+    }
+    if device.type == "cuda":                 # the cached steps above replay CUDA graphs; here launched one by one
+        runs["greedy_cached_no_graph"] = lambda: greedy(model, src, BOS, -1, max_extra=extra, graph=False)
+        runs["beam4_cached_no_graph"] = lambda: beam_search(model, src, BOS, -1, beam_size=4, max_extra=extra,
+                                                            graph=False)
+    for name, fn in runs.items():
         run(fn)
         t = statistics.median(_timed(lambda: run(fn), device) for _ in range(max(1, repeats // 3)))
         out[name] = {"seconds": t, "tokens_per_s": n_sentences * out_len / t}
     out["beam4_cache_speedup"] = out["beam4_uncached"]["seconds"] / out["beam4_cached"]["seconds"]
     out["greedy_cache_speedup"] = out["greedy_uncached"]["seconds"] / out["greedy_cached"]["seconds"]
+    if device.type == "cuda":
+        out["beam4_graph_speedup"] = out["beam4_cached_no_graph"]["seconds"] / out["beam4_cached"]["seconds"]
 
     def first_token():
         memory, mask = model.encode(src)
@@ -239,8 +252,9 @@ def _bench_preset(preset: str, args) -> dict:
         raise UserError("--dtype bf16 is benchmarked on CUDA only (autocast); use fp32 on CPU.")
     if args.compile_mode not in COMPILE_MODES:
         raise UserError(f"--compile-mode {args.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
-    if args.repeats < 1 or args.sentence_len < 2:
-        raise UserError("--repeats must be at least 1 and --sentence-len at least 2.")
+    if args.repeats < 1 or args.sentence_len < 2 or args.decode_sentences < 0:
+        raise UserError("--repeats must be at least 1, --sentence-len at least 2 and --decode-sentences at "
+                        "least 0 (0: the device's default).")
     tokens = args.tokens or (25_000 if device.type == "cuda" else 4096)
     n_sent = max(1, tokens // args.sentence_len)
     torch.manual_seed(0)
@@ -255,7 +269,7 @@ def _bench_preset(preset: str, args) -> dict:
         report["training_compiled"] = bench_training(cfg, device, dtype, batch, args.repeats, True, args.pack,
                                                      args.compile_mode)
     if not args.no_decode:
-        n_dec = 64 if device.type == "cuda" else 8
+        n_dec = args.decode_sentences or (256 if device.type == "cuda" else 8)
         report["decoding"] = bench_decoding(cfg, device, dtype, n_dec, args.sentence_len, 100, args.repeats)
     if not args.json:
         _print(report)
@@ -284,9 +298,12 @@ def _print(r: dict) -> None:
     if "decoding" in r:
         d = r["decoding"]
         print(f"\ndecoding ({d['sentences']} sentences, {d['output_len']} output tokens each)")
-        for name in ("greedy_cached", "greedy_uncached", "beam4_cached", "beam4_uncached"):
-            print(f"  {name:<18}{d[name]['tokens_per_s']:>12,.0f} tok/s  ({d[name]['seconds']:.2f} s)")
-        print(f"  KV cache speed-up: greedy {d['greedy_cache_speedup']:.1f}x, beam 4 {d['beam4_cache_speedup']:.1f}x")
+        for name in [n for n in ("greedy_cached", "greedy_cached_no_graph", "greedy_uncached", "beam4_cached",
+                                 "beam4_cached_no_graph", "beam4_uncached") if n in d]:
+            print(f"  {name:<24}{d[name]['tokens_per_s']:>12,.0f} tok/s  ({d[name]['seconds']:.2f} s)")
+        print(f"  KV cache speed-up: greedy {d['greedy_cache_speedup']:.1f}x, beam 4 {d['beam4_cache_speedup']:.1f}x"
+              + (f"; beam 4 with CUDA graphs against without: {d['beam4_graph_speedup']:.1f}x"
+                 if "beam4_graph_speedup" in d else ""))
         print(f"  time to first token {d['time_to_first_token_ms']:.1f} ms (prefill: encoder + first step); "
               f"decode step {d['decode_step_ms']:.2f} ms")
         print(f"  KV cache: {d['kv_cache_bytes_per_token']:.0f} bytes per generated token (self-attention), "

@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--vary", action="store_true", help="sentence lengths 0.6..1.4 x --sentence-len, padded")
     be.add_argument("--pack", action="store_true", help="also time the core on the same sentences packed")
     be.add_argument("--no-decode", action="store_true", help="skip the decoding benchmarks")
+    be.add_argument("--decode-sentences", type=int, default=0,
+                    help="sentences decoded at once (0: 256 on GPU, a batch that occupies it; 8 on CPU)")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_cmd_bench)
     return parser

@@ -5,7 +5,10 @@ in order within a time budget (default 290 s; a step that would start past it is
 writes DIR/gpu_check.json (every figure) and DIR/gpu_check.md (the summary it also prints):
 
 1. parity on the device: the core's loss and gradients there against the CPU's (fp32, same weights); the
-   packed layout (flash varlen under bf16) against the padded one.
+   packed layout (flash varlen under bf16) against the padded one; cached decoding replayed from a
+   captured CUDA graph against the same steps launched one by one.
+   Then a profile: the busiest kernels of three paper_base training steps (eager, bf16), the table to
+   read when a target is missed.
 2. bench: training steps of the core and of torch.nn.Transformer, eager and compiled, on the issue's batch
    (1000 sentences x 25 tokens) with decoding with and without the KV cache, for paper_base and paper_big;
    then eager, on padded sentences of 15..35 tokens, the core padded, the core packed (varlen) and the
@@ -30,11 +33,12 @@ from pathlib import Path
 
 import torch
 
-from model import Transformer, get_preset
+from model import Transformer, beam_search, get_preset, greedy
+from model.decode import StepGraph
 
-from .bench import _bench_preset, packed, synthetic_batch
+from .bench import PAD, _bench_preset, _sync, packed, synthetic_batch, training_step
 from .data.corpus import DataConfig
-from .train import TRAIN_PRESETS, resolve_device, train
+from .train import TRAIN_PRESETS, TrainConfig, resolve_device, train, training_loss
 
 
 def _parity(device: torch.device) -> dict:
@@ -64,15 +68,65 @@ def _parity(device: torch.device) -> dict:
     from model import attention
     out["varlen_kernel"] = attention.varlen_attn is not None and attention._varlen_failed is None and device.type == "cuda"
     out["varlen_failure"] = attention._varlen_failed
-    out["ok"] = out["loss_rel_diff"] < 1e-4 and out["grad_max_abs_diff"] < 1e-3 and out["packed_vs_padded_max_abs_diff"] < 0.1
+    out.update(_decoding_parity(device))
+    out["ok"] = (out["loss_rel_diff"] < 1e-4 and out["grad_max_abs_diff"] < 1e-3
+                 and out["packed_vs_padded_max_abs_diff"] < 0.1 and out["graph_logits_max_abs_diff"] < 1e-3
+                 and out["graph_greedy_equal"] and out["graph_beam_equal"])
     return out
+
+
+@torch.no_grad()
+def _decoding_parity(device: torch.device) -> dict:
+    """fp32: the logits of a captured step graph (`StepGraph`) against ordinary cached steps over 30
+    positions, and greedy and beam outputs with and without graphs."""
+    cfg = get_preset("tiny").replace(vocab_size=1000, p_drop=0.0)
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device).eval()
+    src = synthetic_batch(16, 20, cfg.vocab_size, "cpu", vary=True)[0].to(device)
+    prefix = torch.randint(4, cfg.vocab_size, (16, 30)).to(device)
+    memory, mask = model.encode(src)
+    cache = model.new_cache(16, 30, memory)
+    step = StepGraph(model, memory, mask, model.new_cache(16, 30, memory))
+    diff = max((step(prefix[:, t], t) - model.decode_step(prefix[:, t], memory, mask, cache, t)).abs().max().item()
+               for t in range(30))
+    return {"graph_captured": step.graph is not None, "graph_logits_max_abs_diff": diff,
+            "graph_greedy_equal": greedy(model, src, 2, 3, max_extra=10) == greedy(model, src, 2, 3, max_extra=10,
+                                                                                    graph=False),
+            "graph_beam_equal": beam_search(model, src, 2, 3, max_extra=10) == beam_search(model, src, 2, 3,
+                                                                                             max_extra=10, graph=False)}
+
+
+def _profile(preset: str, device: torch.device, quick: bool) -> dict:
+    """The device's busiest operators and kernels over three training steps of the core (eager, bf16 on
+    CUDA) on the bench's batch of 25-token sentences, after three steps of warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+    cfg = get_preset(preset)
+    torch.manual_seed(0)
+    batch = synthetic_batch((256 if quick else 25_000) // 25, 25, cfg.vocab_size, device)
+    model = Transformer(cfg).to(device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    step = training_step(model, training_loss(model, TrainConfig(), n_shapes=1), batch,
+                         int((batch[2] != PAD).sum()), dtype)
+    for _ in range(3):
+        step()
+    _sync(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(3):
+            step()
+        _sync(device)
+    wall = (time.perf_counter() - t0) / 3
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60)
+    return {"preset": preset, "step_ms_profiled": wall * 1e3, "table": table}
 
 
 def _bench(preset: str, device: str, quick: bool, vary: bool) -> dict:
     """Fixed lengths: eager and compiled, with decoding. Varied lengths: eager, padded against packed."""
     args = argparse.Namespace(device=device, dtype="auto", tokens=256 if quick else 0, sentence_len=25,
                               repeats=2 if quick else 8, compile=not (quick or vary), compile_mode="default",
-                              vary=vary, pack=vary, no_decode=vary, json=True)
+                              vary=vary, pack=vary, no_decode=vary, decode_sentences=4 if quick else 0, json=True)
     return _bench_preset(preset, args)
 
 
@@ -100,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     presets = ["tiny"] if args.quick else ["paper_base", "paper_big"]
-    steps = [("parity", lambda: _parity(device))]
+    steps = [("parity", lambda: _parity(device)),
+             ("profile", lambda: _profile("tiny" if args.quick else "paper_base", device, args.quick))]
     for vary in (False, True):
         for preset in presets:
             label = f"bench {preset}" + (" varied lengths" if vary else "")
@@ -143,6 +198,9 @@ def _summary(r: dict) -> str:
         lines.append(f"parity ok: {parity['ok']} (loss rel diff {parity['loss_rel_diff']:.1e}, grad max diff "
                      f"{parity['grad_max_abs_diff']:.1e}, packed vs padded {parity['packed_vs_padded_max_abs_diff']:.1e}, "
                      f"varlen kernel {parity['varlen_kernel']})")
+        lines.append(f"decoding with CUDA graphs: captured {parity['graph_captured']}, logits max diff "
+                     f"{parity['graph_logits_max_abs_diff']:.1e}, greedy equal {parity['graph_greedy_equal']}, "
+                     f"beam equal {parity['graph_beam_equal']}")
     lines += ["", "| step | entrant | step ms | tgt tok/s | % of matmul peak | x torch.nn.Transformer |", "|---|---|---|---|---|---|"]
     for name, res in r["steps"].items():
         for key in ("training", "training_compiled"):
@@ -158,11 +216,17 @@ def _summary(r: dict) -> str:
                                  f"{100 * m['tflops'] / res['matmul_peak_tflops']:.1f} | {m['tgt_tokens_per_s'] / peer:.2f} |")
         d = res.get("decoding") if isinstance(res, dict) else None
         if d:
-            lines.append(f"| {name} decoding | beam 4 cache speed-up {d['beam4_cache_speedup']:.1f}x, greedy "
-                         f"{d['greedy_cache_speedup']:.1f}x | | | | |")
+            graphs = f", of which CUDA graphs {d['beam4_graph_speedup']:.1f}x" if "beam4_graph_speedup" in d else ""
+            lines.append(f"| {name} decoding ({d['sentences']} sentences) | beam 4 cache speed-up "
+                         f"{d['beam4_cache_speedup']:.1f}x{graphs}, greedy {d['greedy_cache_speedup']:.1f}x | | | | |")
     for name, res in r["steps"].items():
         if name.startswith("train"):
-            lines.append(f"\n{name}: " + ", ".join(f"{k} {v}" for k, v in res.items()))
+            lines.append(f"\n{name}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                 for k, v in res.items()))
+    profile = r["steps"].get("profile")
+    if profile:
+        lines += [f"\nprofile of {profile['preset']} (eager core, {profile['step_ms_profiled']:.1f} ms a step "
+                  "under the profiler):", "```", profile["table"].rstrip(), "```"]
     for name, why in r["failed"].items():
         lines.append(f"\nFAILED {name}: {why.splitlines()[0]}")
     if r["skipped"]:

@@ -95,11 +95,13 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, n, -1).transpose(1, 2)                           # (B, h, T, d)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                causal: bool = False, cache: KVCache | None = None, offset: int = 0,
+                causal: bool = False, cache: KVCache | None = None, offset: int | torch.Tensor = 0,
                 packed: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         """x: (B, T, d_model). mask: boolean (B, 1, 1, S), True where a key may be attended, or None.
         causal: decoder self-attention over a whole sequence. cache/offset: incremental decoding, where x
-        holds the positions offset .. offset + T - 1 and earlier keys come from the cache.
+        holds the positions offset .. offset + T - 1 and earlier keys come from the cache. offset may be a
+        0-d tensor on the device (one position, T = 1): the step then has the same shapes at every
+        position, as a captured CUDA graph needs (`model.decode.StepGraph`).
         packed: (queries, keys) of a packed batch (B = 1, sentences end to end); mask is then unused."""
         q_dim, k_dim, v_dim = self.splits
         if self.cross:
@@ -114,10 +116,16 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.qkv_proj(x).split((q_dim, k_dim, v_dim), dim=-1)
             q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+            static = isinstance(offset, torch.Tensor)
             if self.rotary is not None:
-                positions = packed[0].pos if packed is not None else None
+                positions = packed[0].pos if packed is not None else offset.view(1) if static else None
                 q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
-            if cache is not None:
+            if static:          # write at the device-side position; attend to the whole buffer, masked past it
+                cache.k.index_copy_(2, offset.view(1), k)
+                cache.v.index_copy_(2, offset.view(1), v)
+                k, v, causal = cache.k, cache.v, False
+                mask = (torch.arange(k.size(2), device=k.device) <= offset).view(1, 1, 1, -1)   # (.., T_max)
+            elif cache is not None:
                 end = offset + x.size(1)
                 cache.k[:, :, offset:end] = k
                 cache.v[:, :, offset:end] = v

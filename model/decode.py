@@ -4,13 +4,88 @@ terminating early when possible), incremental with the per-layer KV cache.
 Both take a padded source batch (B, S) and return, per sentence, the generated token ids without BOS/EOS.
 `use_cache=False` recomputes the whole decoder prefix at every step: the slow reference for tests and
 for the benchmark's cache speed-up.
+
+On a GPU a cached step is small work in many small kernels, so launching them costs more than running
+them; there each step is the replay of one captured CUDA graph (`StepGraph`).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
+from .attention import KVCache
 from .transformer import Transformer
+
+
+class StepGraph:
+    """`Transformer.decode_step` with fixed shapes, captured once as a CUDA graph and replayed per step.
+
+    Its inputs live in static buffers: the previous tokens, and the position as a 0-d device tensor, so
+    that the graph is the same at every step (the self-attention caches are written at that position and
+    attended whole, masked past it). Beam search reorders the caches in place between replays. On a CPU,
+    or if capture fails (then with a warning), the same static step runs eagerly: the tests check it there
+    against the ordinary cached step."""
+
+    def __init__(self, model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None,
+                 cache: list[tuple[KVCache, KVCache]], capture: bool = True):
+        self.model, self.memory, self.mask, self.cache = model, memory, mask, cache
+        device = memory.device
+        self.tokens = torch.zeros(memory.size(0), dtype=torch.long, device=device)
+        self.offset = torch.zeros((), dtype=torch.long, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits = self._run()                # fills the cross-attention caches, which the graph then reads
+        if capture and device.type == "cuda":
+            self._capture()
+
+    def _run(self) -> torch.Tensor:
+        return self.model.decode_step(self.tokens, self.memory, self.mask, self.cache, self.offset)
+
+    def _capture(self) -> None:
+        # Autocast must not cache its casts across a capture (they would be freed under the graph): each
+        # replay casts again, inside the graph.
+        autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"),
+                                  enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False)
+        try:
+            side = torch.cuda.Stream(self.memory.device)
+            side.wait_stream(torch.cuda.current_stream(self.memory.device))
+            with torch.cuda.stream(side), autocast:                       # warm-up off the capturing stream
+                for _ in range(2):
+                    self._run()
+            torch.cuda.current_stream(self.memory.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), autocast:
+                logits = self._run()
+        except RuntimeError as err:                                       # eager steps still give the answer
+            warnings.warn(f"decoding without CUDA graphs: capture failed ({err})", stacklevel=3)
+            return
+        self.graph, self.logits = graph, logits
+
+    def __call__(self, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        """Logits (rows, vocab) after tokens (rows,) at position `step`; valid until the next call."""
+        self.tokens.copy_(tokens)
+        self.offset.fill_(step)
+        for self_cache, _ in self.cache:
+            self_cache.length = step + 1                                  # what beam search reorders
+        if self.graph is None:
+            return self._run()
+        self.graph.replay()
+        return self.logits
+
+
+def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None, rows: int, steps: int,
+             use_cache: bool, graph: bool | None):
+    """(cache, step function(tokens (rows, t + 1), t) -> logits) for the loops below. graph=None: a
+    captured graph on CUDA, the ordinary cached step elsewhere; True forces the static step (eager on a
+    CPU, as the tests run it); False never captures."""
+    if not use_cache:
+        return None, lambda tokens, t: model.out_proj(model.decode(tokens, memory, mask)[:, -1])
+    cache = model.new_cache(rows, steps, memory)
+    if graph or (graph is None and memory.device.type == "cuda"):
+        step = StepGraph(model, memory, mask, cache)
+        return cache, lambda tokens, t: step(tokens[:, -1], t)
+    return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t)
 
 
 def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> torch.Tensor:
@@ -19,19 +94,13 @@ def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> tor
     return ((src != model.cfg.pad_id).sum(1) + max_extra).clamp(max=model.cfg.max_len)
 
 
-def _next_logits(model: Transformer, tokens: torch.Tensor, memory: torch.Tensor, mask, cache, step: int):
-    if cache is not None:
-        return model.decode_step(tokens[:, -1], memory, mask, cache, step)
-    return model.out_proj(model.decode(tokens, memory, mask)[:, -1])
-
-
 def _strip(seq: list[int], eos: int) -> list[int]:
     return seq[:seq.index(eos)] if eos in seq else seq
 
 
 @torch.no_grad()
 def greedy(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_extra: int = 50,
-           use_cache: bool = True) -> list[list[int]]:
+           use_cache: bool = True, graph: bool | None = None) -> list[list[int]]:
     model.eval()
     memory, mask = model.encode(src)
     limits = _length_limits(model, src, max_extra)
@@ -40,9 +109,9 @@ def greedy(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_extra:
     tokens = torch.full((batch, 1), bos, dtype=torch.long, device=src.device)
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     lengths = limits.clone()                       # tokens kept per sentence, EOS included
-    cache = model.new_cache(batch, steps, memory) if use_cache else None
+    _, next_logits = _stepper(model, memory, mask, batch, steps, use_cache, graph)
     for t in range(steps):
-        nxt = _next_logits(model, tokens, memory, mask, cache, t).argmax(-1)
+        nxt = next_logits(tokens, t).argmax(-1)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         lengths = torch.where(~done & (nxt == eos), t + 1, lengths)
         done |= (nxt == eos) | (t + 1 >= limits)
@@ -58,7 +127,8 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_size: int = 4,
-                alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True) -> list[list[int]]:
+                alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True,
+                graph: bool | None = None) -> list[list[int]]:
     """Batched beam search. Each step extends every live beam, keeps the 2K best candidates so that K
     live ones remain after some end in EOS, moves finished ones aside with their length-normalized score,
     and stops a sentence once no live beam can beat its best finished hypothesis (log-probabilities only
@@ -78,10 +148,10 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
     best_score = torch.full((batch,), float("-inf"), device=device)
     best_seq: list[list[int]] = [[] for _ in range(batch)]
     done = torch.zeros(batch, dtype=torch.bool, device=device)
-    cache = model.new_cache(batch * k, steps, memory) if use_cache else None
+    cache, next_logits = _stepper(model, memory, mask, batch * k, steps, use_cache, graph)
     rows = torch.arange(batch, device=device)[:, None] * k
     for t in range(steps):
-        logp = _next_logits(model, tokens, memory, mask, cache, t).float().log_softmax(-1)   # (B*K, V)
+        logp = next_logits(tokens, t).float().log_softmax(-1)                                # (B*K, V)
         vocab = logp.size(-1)
         cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)
         top_scores, top_ids = cand.topk(2 * k, dim=1)                    # (B, 2K)

@@ -106,9 +106,10 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, h, T, d_k); positions: (T,) of a packed row, instead of offset .. offset + T - 1
-        end = offset + x.size(-2)
-        if positions is None and end > self.max_len:
-            raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
+        if positions is None:
+            end = offset + x.size(-2)
+            if end > self.max_len:
+                raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}; raise max_len.")
         index = positions if positions is not None else slice(offset, end)
         cos, sin = self.cos[index].to(x.dtype), self.sin[index].to(x.dtype)             # (T, d_k/2)
         x1, x2 = x[..., 0::2], x[..., 1::2]

@@ -49,7 +49,7 @@ class DecoderLayer(nn.Module):
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                cache: tuple[KVCache, KVCache] | None = None, offset: int = 0,
+                cache: tuple[KVCache, KVCache] | None = None, offset: int | torch.Tensor = 0,
                 packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         """packing: (source, target) of a packed batch."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
@@ -105,10 +105,12 @@ class Transformer(nn.Module):
 
     # --- pieces, exposed for decoding, parity tests and probes ---
 
-    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0,
+    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int | torch.Tensor = 0,
               packed: Packed | None = None) -> torch.Tensor:
+        """offset: the first position, or a 0-d tensor on the device for one token (a captured step)."""
         x = table(tokens) * self.cfg.d_model ** 0.5                         # (B, T, d_model)
-        return self.embed_drop(self.positions(x, offset, packed.pos if packed is not None else None))
+        positions = packed.pos if packed is not None else offset.view(1) if torch.is_tensor(offset) else None
+        return self.embed_drop(self.positions(x, offset, positions))
 
     def padding_mask(self, src: torch.Tensor) -> torch.Tensor | None:
         """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path).
@@ -124,7 +126,7 @@ class Transformer(nn.Module):
         return self.encoder.final_norm(x)
 
     def run_decoder(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list | None = None, offset: int = 0,
+                    cache: list | None = None, offset: int | torch.Tensor = 0,
                     packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         for i, layer in enumerate(self.decoder.layers):
             y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
@@ -176,8 +178,9 @@ class Transformer(nn.Module):
                 for layer in self.decoder.layers]
 
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list[tuple[KVCache, KVCache]], offset: int) -> torch.Tensor:
-        """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`."""
+                    cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor) -> torch.Tensor:
+        """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`; as a
+        0-d device tensor, the step's shapes do not depend on it (see `model.decode.StepGraph`)."""
         y = self.embed(tokens[:, None], self.tgt_embed, offset)
         return self.out_proj(self.run_decoder(y, memory, mask, cache, offset)[:, -1])
 

@@ -12,9 +12,11 @@ def test_quick_gpu_check_runs_every_step_on_a_cpu(tmp_path, capsys):
     assert gpu_check.main(["--out", str(tmp_path), "--device", "cpu", "--quick"]) == 0
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["failed"] == {} and report["skipped"] == []
-    assert set(report["steps"]) == {"parity", "bench tiny", "bench tiny varied lengths", "train tiny packed",
-                                    "train tiny compiled, shape buckets"}
+    assert set(report["steps"]) == {"parity", "profile", "bench tiny", "bench tiny varied lengths",
+                                    "train tiny packed", "train tiny compiled, shape buckets"}
     assert report["steps"]["parity"]["ok"] is True
+    assert report["steps"]["parity"]["graph_captured"] is False              # no CUDA: the static step, eager
+    assert "aten::mm" in report["steps"]["profile"]["table"]
     varied = report["steps"]["bench tiny varied lengths"]["training"]
     assert varied["core (packed)"]["tgt_tokens_per_s"] > 0
     assert report["steps"]["train tiny packed"]["padding_fraction"] == 0.0

@@ -231,9 +231,10 @@ def test_each_variant_trains_a_step_and_decodes_cached_equal_to_uncached(name):
     assert any(g.abs().sum() > 0 for g in grads)
     fast = greedy(model, src, bos=2, eos=3, max_extra=6)
     slow = greedy(model, src, bos=2, eos=3, max_extra=6, use_cache=False)
-    assert fast == slow
+    assert fast == slow == greedy(model, src, bos=2, eos=3, max_extra=6, graph=True)   # the static step
     assert beam_search(model, src, 2, 3, beam_size=3, max_extra=6) == \
-        beam_search(model, src, 2, 3, beam_size=3, max_extra=6, use_cache=False)
+        beam_search(model, src, 2, 3, beam_size=3, max_extra=6, use_cache=False) == \
+        beam_search(model, src, 2, 3, beam_size=3, max_extra=6, graph=True)
 
 
 def test_variant_fields_change_the_model():
@@ -259,6 +260,37 @@ def test_cached_decoding_matches_uncached_logits_step_by_step():
         for t in range(6):
             step = model.decode_step(prefix[:, t], memory, mask, cache, t)
             assert torch.allclose(step, full[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms"])
+def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
+    """StepGraph runs decode_step with the position as a device tensor, writing the cache there and attending
+    to the whole buffer: what a captured graph replays. Eager here on a CPU: equal logits to the ordinary
+    cached step at every position, also after a beam-style reorder of the caches between steps."""
+    from model.decode import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS[name])).eval()
+    src = torch.randint(4, 40, (3, 7))
+    src[1, 5:] = 0
+    prefix = torch.randint(4, 40, (3, 9))
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        cache = model.new_cache(3, 9, memory)
+        static = StepGraph(model, memory, mask, model.new_cache(3, 9, memory))
+        for t in range(9):
+            want = model.decode_step(prefix[:, t], memory, mask, cache, t)
+            assert torch.allclose(static(prefix[:, t], t), want, atol=1e-5), t
+            if t == 4:                             # beams 0 and 2 swap places, beam 1 is copied over beam 2
+                order = torch.tensor([2, 0, 0])
+                for caches in (cache, static.cache):
+                    for self_cache, _ in caches:
+                        self_cache.reorder(order)
+                prefix = prefix[order]
+                memory, mask = memory[order], mask[order]
+                static.memory, static.mask = memory, mask
+                for (_, cross), (_, static_cross) in zip(cache, static.cache):
+                    cross.reorder(order)
+                    static_cross.reorder(order)
 
 
 def test_beam_of_one_without_length_penalty_is_greedy():
@@ -397,6 +429,21 @@ def test_varlen_kernel_agrees_with_the_padded_layout_on_cuda():
         with attention_path("explicit"):                                 # forces the padded layout
             slow = attend_packed(q, k, v, p, p, causal, 0.0, False)
         assert torch.allclose(fast.float(), slow.float(), atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step():
+    from model.decode import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS["rope"])).cuda().eval()
+    src = torch.randint(4, 40, (6, 9), device="cuda")
+    src[2, 6:] = 0
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        assert StepGraph(model, memory, mask, model.new_cache(6, 12, memory)).graph is not None
+    assert greedy(model, src, 2, 3, max_extra=8) == greedy(model, src, 2, 3, max_extra=8, graph=False)
+    assert beam_search(model, src, 2, 3, max_extra=8) == beam_search(model, src, 2, 3, max_extra=8, graph=False)
 
 
 @pytest.mark.parametrize("api", ["torch 2.10: is_causal", "later: window_size, enable_gqa"])
