@@ -55,7 +55,8 @@ class StepGraph:
                     self._run()
             torch.cuda.current_stream(self.memory.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), autocast:
+            # thread_local: the trainer's prefetch thread may pin host memory meanwhile, which is no error.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:
                 logits = self._run()
         except RuntimeError as err:                                       # eager steps still give the answer
             warnings.warn(f"decoding without CUDA graphs: capture failed ({err})", stacklevel=3)
