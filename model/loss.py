@@ -70,11 +70,13 @@ class LinearCrossEntropy(torch.autograd.Function):
             grad_h_bias = (-eps * w_bar).to(dtype)
             for a in range(0, h.size(0), rows):
                 hb, tb = hc[a:a + rows], t[a:a + rows]
-                z = (hb @ wc.t()).to(acc)                                  # (rows, V)
+                z = hb @ wc.t()                                            # (rows, V), in the matmul dtype
                 at = torch.arange(tb.numel(), device=h.device)
-                z_t = z[at, tb]
-                # log p, in place on a CPU (the block stays in cache); then p = exp(log p), in place too.
-                logp = torch.log_softmax(z, -1, out=z if z.device.type == "cpu" else None)
+                z_t = z[at, tb].to(acc)
+                # log p in fp32 straight from the matmul's output (bf16 logits need no upcast pass), in place
+                # on a CPU when the dtypes agree (the block stays in cache); then p = exp(log p), in place too.
+                in_place = z.dtype == acc and z.device.type == "cpu"
+                logp = torch.log_softmax(z, -1, dtype=acc, out=z if in_place else None)
                 logp_t = logp[at, tb]
                 nll -= logp_t.sum()
                 if eps:                                                    # mean over V of -log p = lse - mean z
