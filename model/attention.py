@@ -121,8 +121,8 @@ class MultiHeadAttention(nn.Module):
                 positions = packed[0].pos if packed is not None else offset.view(1) if static else None
                 q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
             if static:          # write at the device-side position; attend to the whole buffer, masked past it
-                cache.k.index_copy_(2, offset.view(1), k)
-                cache.v.index_copy_(2, offset.view(1), v)
+                cache.k.index_copy_(2, offset.view(1), k.to(cache.k.dtype))    # autocast: bf16 k, fp32 cache
+                cache.v.index_copy_(2, offset.view(1), v.to(cache.v.dtype))
                 k, v, causal = cache.k, cache.v, False
                 mask = (torch.arange(k.size(2), device=k.device) <= offset).view(1, 1, 1, -1)   # (.., T_max)
             elif cache is not None:

@@ -293,6 +293,28 @@ def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
                     static_cross.reorder(order)
 
 
+def test_the_static_step_decodes_under_bf16_autocast_as_the_cached_step_does():
+    """Under autocast the projections give bf16 keys while the cache keeps the memory's fp32 (as a GPU's bf16
+    decoding has it): the static step stores them as the ordinary step does, and its logits agree to bf16
+    rounding (a unit in the last place is 1/64 at these magnitudes, so outputs of this untrained model,
+    whose top two logits sometimes tie, are not compared token by token)."""
+    from model.decode import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS["gqa"])).eval()
+    src = torch.randint(4, 40, (4, 8))
+    src[1, 5:] = 0
+    prefix = torch.randint(4, 40, (4, 10))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        memory, mask = model.encode(src)
+        cache = model.new_cache(4, 16, memory)
+        static = StepGraph(model, memory, mask, model.new_cache(4, 16, memory))
+        for t in range(10):
+            want = model.decode_step(prefix[:, t], memory, mask, cache, t).float()
+            assert (static(prefix[:, t], t).float() - want).abs().max() <= 4 / 64, t
+        outputs = beam_search(model, src, 2, 3, max_extra=8, graph=True)
+    assert len(outputs) == 4 and all(0 < len(o) <= 16 for o in outputs)
+
+
 def test_beam_of_one_without_length_penalty_is_greedy():
     torch.manual_seed(3)
     model = Transformer(small())
