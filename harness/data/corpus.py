@@ -26,6 +26,8 @@ class DataConfig:
     test_pairs: int = 1000
     seed: int = 1
     lexicon_scale: float = 1.0     # synth only: multiplies the lexicon's sizes (1.0: 5,000 lemmas)
+    max_depth: int = 4             # synth only: how deep clauses, PPs and coordinations nest (1..8)
+    max_words: int = 70            # synth only: longest source sentence in words, final "." included
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 
@@ -55,11 +57,14 @@ def corpus_dir(cfg: DataConfig) -> Path:
         return prepare_parse_corpus(cfg)
     if cfg.name == "synth":
         from .synth import SynthConfig, write_corpus
-        lex = SynthConfig()
+        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words)
         if cfg.lexicon_scale != 1.0:
-            lex = SynthConfig(**{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
+            lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words,
+                              **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
                                  for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
         scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
+        if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
+            scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
         root = Path(cfg.cache_dir).resolve() / \
             f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
         write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)

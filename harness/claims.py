@@ -1,0 +1,160 @@
+"""The paper's claims (harness/paper/claims.yaml) checked against a study's runs: per-row means with 95 %
+intervals over seeds, seed-paired differences with their own intervals, and a verdict computed from them.
+
+Plain Python and pandas: reports import this, and reports never import torch or the model.
+
+Statistics. A row's value is the mean over its finished seeds, with a two-sided 95 % Student-t interval
+(mean ± t(0.975, n-1) · s / sqrt(n)). A claim compares rows a and b seed by seed: d_s = a_s - b_s over the
+seeds both finished, oriented so that d > 0 is the claimed direction, and the interval of mean(d) decides:
+- "better": holds if the whole interval is above 0, contradicted if it is wholly below 0, else inconclusive
+  (the interval spans 0);
+- "equivalent" (margin m): holds if the interval lies inside [-m, m], contradicted if it lies wholly outside
+  it, else inconclusive.
+One seed gives no interval, so every verdict from one seed is inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+CLAIMS = Path(__file__).parent / "paper" / "claims.yaml"
+# Metric name in claims.yaml -> (the final MLflow metric, transform). nll: ln(PPL), so that differences are
+# ratios of perplexity and seeds average on the scale the loss is trained on.
+METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
+           "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
+           "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
+           "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None)}
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else 1.960
+
+
+def interval(values) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of a 95 % t-interval; low = high = NaN for fewer than two values."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(xs)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan"), 0
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, float("nan"), float("nan"), n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t975(n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    study: str
+    source: str
+    text: str
+    metric: str
+    better: str
+    a: object
+    b: object
+    expect: str
+    margin: float = 0.0
+    paper: dict = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1)
+def load_claims() -> tuple[Claim, ...]:
+    """Every claim of claims.yaml, checked: a wrong key or value names the claim and what is allowed."""
+    raw = yaml.safe_load(CLAIMS.read_text(encoding="utf-8"))
+    out = []
+    for i, item in enumerate(raw["claims"]):
+        where = f"{CLAIMS}: claim {item.get('id', i)}"
+        try:
+            claim = Claim(**item)
+        except TypeError as err:
+            raise ValueError(f"{where}: {err}") from None
+        if claim.metric not in METRICS:
+            raise ValueError(f"{where}: metric {claim.metric!r} is not one of {', '.join(METRICS)}")
+        if claim.better not in ("lower", "higher") or claim.expect not in ("better", "equivalent"):
+            raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent")
+        if claim.expect == "equivalent" and not claim.margin > 0:
+            raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
+        for side in (claim.a, claim.b):
+            if not (isinstance(side, str) or (isinstance(side, dict) and list(side) == ["best"])):
+                raise ValueError(f"{where}: a and b must be a row or {{best: [rows]}}")
+        out.append(claim)
+    ids = [c.id for c in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{CLAIMS}: claim ids are not unique")
+    return tuple(out)
+
+
+def claims_for(study: str) -> list[Claim]:
+    return [c for c in load_claims() if c.study == study]
+
+
+def per_seed(runs: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
+    """{row: {seed: value}} for a claims metric over the FINISHED runs (nll = ln PPL)."""
+    key, transform = METRICS[metric]
+    col = f"metrics.{key}"
+    out: dict[str, dict[int, float]] = {}
+    if col not in runs:
+        return out
+    done = runs[runs["status"] == "FINISHED"]
+    for row, seed, value in zip(done["tags.row"].astype(str), done["tags.seed"], pd.to_numeric(done[col], errors="coerce")):
+        if pd.isna(value) or (transform == "log" and value <= 0):
+            continue
+        out.setdefault(row, {})[int(seed)] = math.log(value) if transform == "log" else float(value)
+    return out
+
+
+def _side(spec, values: dict[str, dict[int, float]], better: str) -> tuple[str | None, str]:
+    """The row a side of a claim stands for, and how it was chosen."""
+    if isinstance(spec, str):
+        return (spec if spec in values else None), spec
+    rows = [r for r in spec["best"] if r in values]
+    if not rows:
+        return None, "best of " + ", ".join(spec["best"])
+    sign = -1 if better == "lower" else 1
+    best = max(rows, key=lambda r: sign * sum(values[r].values()) / len(values[r]))
+    return best, f"best of {', '.join(spec['best'])} = {best}"
+
+
+def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
+    """The claim checked on {row: {seed: value}}: rows used, paired difference with its interval, verdict."""
+    a, a_label = _side(claim.a, values, claim.better)
+    b, b_label = _side(claim.b, values, claim.better)
+    out = {"id": claim.id, "a": a_label, "b": b_label, "a_row": a, "b_row": b, "metric": claim.metric,
+           "expect": claim.expect, "margin": claim.margin}
+    if a is None or b is None or a == b:
+        return {**out, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+                "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
+    seeds = sorted(set(values[a]) & set(values[b]))
+    sign = -1.0 if claim.better == "lower" else 1.0     # d > 0: a better than b
+    diffs = [sign * (values[a][s] - values[b][s]) for s in seeds]
+    mean, low, high, n = interval(diffs)
+    if n < 2:
+        result = "inconclusive"
+    elif claim.expect == "better":
+        result = "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    else:
+        m = claim.margin
+        result = "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
+    return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
+            "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(values[b][s] for s in seeds)[0]}
+
+
+def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
+    """Every claim of `study` checked against its runs, in claims.yaml's order."""
+    out = []
+    cache: dict[str, dict] = {}
+    for claim in claims_for(study):
+        values = cache.setdefault(claim.metric, per_seed(runs, claim.metric))
+        out.append({**verdict(claim, values), "claim": claim})
+    return out
