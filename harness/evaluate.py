@@ -32,8 +32,9 @@ def perplexity(model: Transformer, data: ParallelData, max_tokens: int, device: 
 @torch.no_grad()
 def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, device: torch.device,
               beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50, max_tokens: int = 4000,
-              autocast=None) -> list[str]:
-    """Beam-search translations of every source sentence, in the data's order (§6.1 settings by default)."""
+              autocast=None, constraint_for=None) -> list[str]:
+    """Beam-search translations of every source sentence, in the data's order (§6.1 settings by default).
+    constraint_for(indices) -> a beam-search constraint for those sentences (Table 4's tree constraint)."""
     model.eval()
     out: list[list[int]] = [[] for _ in range(len(data))]
     # Batches of sources of similar length; the budget counts beams, which multiply the decoder's rows.
@@ -41,7 +42,9 @@ def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, devi
     for index in token_batches(data.src_lens, data.src_lens, budget):
         b = data.collate(index).to(device)
         with autocast():
-            hyps = beam_search(model, b.src, BOS, EOS, beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+            constraint = constraint_for(index.tolist()) if constraint_for else None
+            hyps = beam_search(model, b.src, BOS, EOS, beam_size=beam_size, alpha=alpha, max_extra=max_extra,
+                               constraint=constraint)
         for i, h in zip(index.tolist(), hyps):
             out[i] = h
     return tokenizer.decode(out)
@@ -49,8 +52,10 @@ def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, devi
 
 def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
              beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
-             autocast) -> tuple[dict, list[str]]:
-    """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper)."""
+             autocast, constrained: bool = False) -> tuple[dict, list[str]]:
+    """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper).
+    Parsing: `{prefix}_f1` and EVALB's other scores, from the paper's unconstrained beam search plus repair;
+    with `constrained`, the same sentences decoded again under the tree constraint, `{prefix}_*_constrained`."""
     metrics = {f"{prefix}_ppl": perplexity(model, split.data, max_tokens, device, autocast)}
     n = len(split.data) if bleu_sentences is None else min(bleu_sentences, len(split.data))
     if n:
@@ -62,6 +67,16 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
             scores, trees = parse_scores(hyps, srcs, split.trees[:n])
             metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
             metrics[f"{prefix}_parsed_sentences"] = n
+            if constrained:
+                from .probes.parsing import TreeConstraint
+                pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+                words = [len(s.split()) for s in srcs]
+                make = lambda idx: TreeConstraint(pieces, EOS, [words[i] for i in idx], beam_size, device)  # noqa: E731
+                if make([0]).usable:
+                    held = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens,
+                                     autocast, constraint_for=make)
+                    scores, _ = parse_scores(held, srcs, split.trees[:n])
+                    metrics.update({f"{prefix}_{k}_constrained": v for k, v in scores.items()})
             return metrics, trees
         score, signature = sacre_bleu(hyps, refs)
         metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs),

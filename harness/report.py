@@ -11,6 +11,7 @@ shares this module's reading, header and writing helpers.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -21,7 +22,7 @@ import pandas as pd
 # Figure renders with the Agg canvas.
 from matplotlib.figure import Figure
 
-from . import tracking
+from . import claims, tracking
 from .errors import UserError
 from .paper import load_tables
 
@@ -129,6 +130,8 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
         for name, key in METRICS.items():
             values = _col(done, f"metrics.{key}").dropna()
             rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
+            mean, low, _, _ = claims.interval(values)
+            rec[f"{name}_ci"] = mean - low             # half-width of the 95 % t-interval; NaN for one seed
         rec["params_M"] = _col(done, "metrics.params").mean() / 1e6
         rec["failure_reason"] = reason
         rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}
@@ -136,10 +139,8 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
     table = pd.DataFrame.from_records(records)
     table["changes"] = _changes(table)
     table = table.drop(columns="_params")
-    base = table[table["row"] == "base"]
-    for name in METRICS:   # deltas against base: the only comparison that survives the change of scale
-        ref = base[f"{name}_mean"].iloc[0] if len(base) else float("nan")
-        table[f"delta_{name}"] = table[f"{name}_mean"] - ref
+    for name, key in METRICS.items():   # deltas against base, seed by seed: the comparison that survives the scale
+        table[f"delta_{name}"], table[f"delta_{name}_ci"] = zip(*(_paired_delta(runs, row, key) for row in table["row"]))
     if paper:
         p = pd.DataFrame.from_dict(paper_rows, orient="index")
         for ours, theirs in (("paper_ppl", "ppl"), ("paper_bleu", "bleu"), ("paper_params_M", "params")):
@@ -149,6 +150,21 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
             table[f"paper_delta_{name}"] = table[f"paper_{name}"] - float(ref)
     notes = ["changes", "failure_reason"]   # free text last, after the numbers
     return table[[c for c in table.columns if c not in notes] + notes]
+
+
+def _paired_delta(runs: pd.DataFrame, row: str, key: str) -> tuple[float, float]:
+    """(mean, 95 % half-width) of row - base over the seeds both FINISHED; the half-width is NaN for one seed."""
+    if row == "base":
+        return 0.0, float("nan")
+    done = runs[runs["status"] == "FINISHED"]
+    col = f"metrics.{key}"
+    if col not in done:
+        return float("nan"), float("nan")
+    by_seed = lambda r: dict(zip(done.loc[done["row"] == r, "tags.seed"].astype(int),   # noqa: E731
+                                 pd.to_numeric(done.loc[done["row"] == r, col], errors="coerce")))
+    a, b = by_seed(row), by_seed("base")
+    mean, low, _, _ = claims.interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
+    return mean, mean - low
 
 
 def _changes(table: pd.DataFrame) -> list[str]:
@@ -202,8 +218,13 @@ def _num(x, fmt: str = "{:.2f}") -> str:
     return "–" if pd.isna(x) else fmt.format(x)
 
 
-def _pm(mean, std) -> str:
-    return _num(mean) if pd.isna(std) else f"{mean:.2f} ± {std:.2f}"
+def _pm(mean, spread) -> str:
+    """mean ± spread (a std or a 95 % half-width, as the table's caption says); the mean alone without one."""
+    return _num(mean) if pd.isna(spread) else f"{mean:.2f} ± {spread:.2f}"
+
+
+def _signed_pm(mean, half) -> str:
+    return _signed(mean) if pd.isna(half) else f"{mean:+.2f} ± {half:.2f}"
 
 
 def _signed(x) -> str:
@@ -242,7 +263,8 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
     return lines
 
 
-def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path]) -> str:
+def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path],
+                    claims_lines: list[str] = ()) -> str:
     synth = results["parent"]["tags"].get("profile") == "tiny" or synthetic_data(results["runs"])
     lines = header_lines(study, results, paper["caption"] if paper else None)
     if paper:
@@ -255,8 +277,10 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
         lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models, not WMT14 EN-DE: "
                   "absolute PPL and BLEU are not comparable with the paper; only the direction and relative size of "
                   "each row's effect are (the Δ columns, each against the base row).", ""]
-    lines += ["Means ± sample std (ddof=1) over the seeds that FINISHED; `seeds` = finished / run. "
-              "Architecture columns are the values actually run (from each trial's params).", ""]
+    lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
+              "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) "
+              "over the seeds both finished, ± its own 95 % half-width. Architecture columns are the values "
+              "actually run (from each trial's params).", ""]
     head = ["row", *ARCH_COLUMNS, "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok"]
     if paper:
         head += ["paper PPL", "paper BLEU", "paper params (M)", "paper Δ PPL", "paper Δ BLEU"]
@@ -268,37 +292,139 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
         failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
         notes = "; ".join(x for x in (r["changes"], failure) if x)
         cells = [f"**{r['row']}**", *(_num(r[c], "{:g}") for c in ARCH_COLUMNS), seeds,
-                 _pm(r["ppl_mean"], r["ppl_std"]), _pm(r["bleu_mean"], r["bleu_std"]),
-                 _pm(r["bleu_tok_mean"], r["bleu_tok_std"]), _num(r["params_M"], "{:.3g}"),
-                 _signed(r["delta_ppl"]), _signed(r["delta_bleu_tok"])]
+                 _pm(r["ppl_mean"], r["ppl_ci"]), _pm(r["bleu_mean"], r["bleu_ci"]),
+                 _pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), _num(r["params_M"], "{:.3g}"),
+                 _signed_pm(r["delta_ppl"], r["delta_ppl_ci"]), _signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"])]
         if paper:
             cells += [_num(r["paper_ppl"]), _num(r["paper_bleu"], "{:.1f}"), _num(r["paper_params_M"], "{:g}"),
                       _signed(r["paper_delta_ppl"]), _signed(r["paper_delta_bleu"])]
         cells.append(notes.replace("|", "\\|").replace("\n", " "))
         lines.append("| " + " | ".join(cells) + " |")
     lines += [""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    lines += claims_lines
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
+    """Per row, from its finished seeds: final dev PPL (mean), and how much its dev PPL still fell over the
+    last quarter of its steps (from the dev PPL logged every eval_every steps), as a fraction and the steps."""
+    out: dict[str, dict] = {}
+    done = runs[runs["status"] == "FINISHED"]
+    for row, g in done.groupby(done["tags.row"].astype(str)):
+        finals, drops, span = [], [], None
+        for run in g.itertuples(index=False):
+            hist = sorted(tracking.metric_history(uri, run.run_id, "dev_ppl"))
+            if not hist:
+                continue
+            last_step, last = hist[-1]
+            finals.append(last)
+            later = [(s, v) for s, v in hist if s >= 0.75 * last_step and s < last_step]
+            if later and last_step > 0:
+                drops.append(1 - last / later[0][1])
+                span = (later[0][0], last_step)
+        out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
+                    "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span}
+    return out
+
+
+def _claim_value(metric: str, x: float) -> str:
+    return "–" if pd.isna(x) else f"PPL {math.exp(x):.2f}" if metric in ("nll", "test_nll") else f"{x:.2f}"
+
+
+def _claim_why(c: dict, diag: dict[str, dict]) -> str:
+    """What in the run's numbers explains a claim that does not hold (generated, never written by hand)."""
+    if c["verdict"] == "holds":
+        return ""
+    if c["verdict"] == "not run":
+        return "its rows were not run in this invocation"
+    notes = []
+    if c["n"] < 2:
+        notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
+    base_ppl = diag.get("base", {}).get("ppl", float("nan"))
+    for row in dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r):
+        d = diag.get(row, {})
+        ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
+        if pd.notna(ppl) and pd.notna(base_ppl) and row != "base" and ppl > 2.5 * base_ppl:
+            notes.append(f"{row} ended at dev PPL {ppl:.2f}, {ppl / base_ppl:.1f}x the base's: it had not left "
+                         "the plateau of a model that ignores the source within its steps")
+        elif pd.notna(drop) and drop > 0.10 and d.get("span"):
+            notes.append(f"{row} was still improving: its dev PPL fell {100 * drop:.0f} % from step "
+                         f"{d['span'][0]} to {d['span'][1]}")
+    if c["n"] >= 2 and c["verdict"] == "inconclusive":
+        if c["expect"] == "better":
+            notes.append(f"the paired difference {c['diff']:+.3f} is smaller than its interval "
+                         f"[{c['low']:+.3f}, {c['high']:+.3f}]: within the seed-to-seed spread at this scale")
+        else:
+            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
+    if c["verdict"] == "contradicted":
+        notes.append(f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
+                     f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["expect"] == "better" else
+                     f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
+    return "; ".join(notes)
+
+
+def claims_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
+    """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
+    paper's sentence and numbers, ours with the seed-paired interval, and the computed verdict."""
+    checked = claims.check_claims(study, runs)
+    if not checked:
+        return []
+    diag = row_diagnostics(runs, uri)
+    counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
+    lines = ["## Claims", "",
+             f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
+             f"harness/paper/claims.yaml, checked on these runs: {counts['holds']} hold, {counts['contradicted']} "
+             f"contradicted, {counts['inconclusive']} inconclusive, {counts['not run']} not run. A verdict is computed, "
+             "never written: the difference between the two rows is taken seed by seed (oriented so that > 0 is the "
+             "claimed direction) and its 95 % t-interval decides: holds if it lies above 0 (or inside the equivalence "
+             "margin), contradicted if it lies below 0 (or wholly outside the margin), inconclusive if it spans 0. "
+             "Perplexity claims are compared as ln PPL (nats per subword), so a difference of 0.05 is a PPL ratio of "
+             "about 1.05.", "",
+             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs |",
+             "|---|---|---|---|---|---|---|"]
+    for c in checked:
+        claim = c["claim"]
+        paper = claim.paper
+        paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
+        ours = f"{c['a']}: {_claim_value(claim.metric, c['a_mean'])} vs {c['b']}: {_claim_value(claim.metric, c['b_mean'])}"
+        unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
+        diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
+                f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
+        if claim.expect == "equivalent":
+            diff += f", margin ±{claim.margin:g}"
+        cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
+                 _claim_why(c, diag)]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    return lines + [""]
 
 
 # ------------------------------------------------------------------------------------------ plots
 
 def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
+    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row, one
+    line per seed: whether each row converged is read off the right panel."""
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2)
     colors = {row: f"C{i % 10}" for i, row in enumerate(order)}
-    for row in order:
+    styles = ["-", "-.", ":", (0, (5, 1))]
+    for j, row in enumerate(order):
         seeds = runs[runs["tags.row"].astype(str) == row]
         seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
         for i, run in enumerate(seeds.itertuples(index=False)):
-            hist = tracking.metric_history(uri, run.run_id, "train_loss")
-            if hist:
-                steps, losses = zip(*sorted(hist))
-                ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
-                ax.plot(steps, losses, color=colors[row], ls="-" if ok else "--", lw=1,
-                        label=row if i == 0 else None)
-    ax.set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{study}: learning curves")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
+            ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
+            for ax, key in zip(axes, ("train_loss", "dev_ppl")):
+                hist = tracking.metric_history(uri, run.run_id, key)
+                if hist:
+                    steps, values = zip(*sorted(hist))
+                    ax.plot(steps, values, color=colors[row], ls=styles[j // 10 % len(styles)] if ok else "--",
+                            lw=1, marker="." if key == "dev_ppl" else None, ms=3, label=row if i == 0 else None)
+    axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{study}: training loss")
+    axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
+                title=f"{study}: dev perplexity during training")
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=7, ncol=2)
     return _save(fig, path)
 
 
@@ -386,7 +512,8 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
              plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
     csv = _atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
-    md = _atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots))
+    md = _atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
+                                                               claims_section(study, runs, uri)))
     return [md, csv, *plots, write_index(out_dir)]
 
 

@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 
 from . import tracking
 from .paper import load_tables
-from .report import (_atomic_write, _col, _num, _pm, _save, declared_rows, header_lines, plot_learning_curves,
-                     row_groups, row_order, synthetic_data)
+from .report import (_atomic_write, _col, _num, _pm, _save, claims_section, declared_rows, header_lines,
+                     plot_learning_curves, row_groups, row_order, synthetic_data)
 
 NAN = float("nan")
 # Table 1: a measured exponent further than this from the paper's is listed under "where they part".
@@ -88,8 +88,9 @@ def _no_data(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} logged", transform=ax.transAxes, ha="center", va="center", color="gray")
 
 
-def _write(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path]) -> list[Path]:
-    lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), ""]
+def _write(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path],
+           claims: list[str] = ()) -> list[Path]:
+    lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), "", *claims]
     csv = _atomic_write(out_dir / f"{study}.csv", table.to_csv(index=False, float_format="%.6g"))
     md = _atomic_write(out_dir / f"{study}.md", "\n".join(lines))
     return [md, csv, *plots]
@@ -466,7 +467,8 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table, costs = summarize_table2(results["runs"], declared_rows(results["parent"])), training_costs()
     plots = [plot_table2_bleu_vs_cost(study, table, out_dir / f"{study}_bleu_vs_cost.png"),
              plot_table2_utilization(study, table, costs, out_dir / f"{study}_utilization.png")]
-    return _write(study, out_dir, render_table2(study, results, table, costs), table, plots)
+    return _write(study, out_dir, render_table2(study, results, table, costs), table, plots,
+                  claims_section(study, results["runs"], uri))
 
 
 # ------------------------------------------------------------------------------------------ Table 4
@@ -559,7 +561,7 @@ def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table = summarize_table4(runs, declared_rows(results["parent"]))
     plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png"),
              plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
-    return _write(study, out_dir, render_table4(study, results, table), table, plots)
+    return _write(study, out_dir, render_table4(study, results, table), table, plots, claims_section(study, runs, uri))
 
 
 # The paper table (the parent's `table` tag) -> its writer: (study, results, uri, out_dir) -> [md, csv, *pngs].

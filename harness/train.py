@@ -52,6 +52,7 @@ class TrainConfig:
     max_extra: int = 50
     bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
     eval_test: bool = False            # also score the test set (Table 2)
+    constrained: bool = False          # parsing: also decode under the tree constraint (its own column; not the paper's)
     log_every: int = 50
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
@@ -396,7 +397,7 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
         averaged = len(paths)
     eval_kwargs = dict(beam_size=train_cfg.beam_size, alpha=train_cfg.alpha, max_extra=train_cfg.max_extra,
                        max_tokens=train_cfg.max_tokens, bleu_sentences=train_cfg.bleu_sentences or None,
-                       autocast=autocast)
+                       autocast=autocast, constrained=train_cfg.constrained)
     t_eval = time.perf_counter()
     metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
     if train_cfg.eval_test:

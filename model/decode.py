@@ -129,11 +129,16 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
 @torch.no_grad()
 def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_size: int = 4,
                 alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True,
-                graph: bool | None = None) -> list[list[int]]:
+                graph: bool | None = None, constraint=None) -> list[list[int]]:
     """Batched beam search. Each step extends every live beam, keeps the 2K best candidates so that K
     live ones remain after some end in EOS, moves finished ones aside with their length-normalized score,
     and stops a sentence once no live beam can beat its best finished hypothesis (log-probabilities only
-    fall and the penalty is largest at the length limit) or the limit is reached."""
+    fall and the penalty is largest at the length limit) or the limit is reached.
+
+    constraint (optional, not in the paper): an object told each sentence's length limit once
+    (`start(limits)`, (B,) tokens with EOS), whose `mask(t) -> (B*K, V)` is added to the step's
+    log-probabilities (0 allowed, -inf not), and told by `advance(src_rows, tokens)` which beams survived and
+    which token each appended; rows are sentence-major, K beams a sentence (Table 4's tree constraint)."""
     model.eval()
     k = beam_size
     memory, mask = model.encode(src)
@@ -143,6 +148,8 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
     limits = _length_limits(model, src, max_extra)                       # (B,)
     best_possible_lp = length_penalty(limits.float(), alpha)
     steps = int(limits.max())
+    if constraint is not None:
+        constraint.start(limits)
     tokens = torch.full((batch * k, 1), bos, dtype=torch.long, device=device)
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                   # one live beam at the start
@@ -153,6 +160,8 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
     rows = torch.arange(batch, device=device)[:, None] * k
     for t in range(steps):
         logp = next_logits(tokens, t).float().log_softmax(-1)                                # (B*K, V)
+        if constraint is not None:
+            logp = logp + constraint.mask(t)
         vocab = logp.size(-1)
         cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)
         top_scores, top_ids = cand.topk(2 * k, dim=1)                    # (B, 2K)
@@ -173,6 +182,8 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
         src_rows = (rows + beam.gather(1, order)).view(-1)               # (B*K,) beams that survive
         tokens = torch.cat([tokens[src_rows], tok.gather(1, order).view(-1, 1)], dim=1)
         scores = live_scores
+        if constraint is not None:
+            constraint.advance(src_rows, tokens[:, -1])
         if cache is not None:
             for self_cache, _ in cache:                                  # cross caches equal within a sentence
                 self_cache.reorder(src_rows)

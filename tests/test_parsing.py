@@ -102,3 +102,50 @@ def test_synth_parse_dataset_pairs_sentences_with_their_trees(tmp_path):
     # the translation corpus underneath is the same generated one
     translate = load_dataset(DataConfig(**{**cfg.__dict__, "task": "translate"}), vocab_size=300)
     assert translate.dev.src_text == data.dev.src_text and translate.dev.trees is None
+
+
+def test_tree_constraint_makes_every_beam_output_a_tree():
+    """Untrained model, random sources: under the constraint every output is a tree over exactly the
+    sentence's words, and no source-word piece is ever emitted; without it, they are not."""
+    import torch
+    from model import Transformer, TransformerConfig, beam_search
+    from harness.probes.parsing import TreeConstraint, well_formed
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP", "\u2581(VP",
+              "\u2581)VP", "\u2581XX", "\u2581the", "\u2581dog", "s", "\u2581barks", "\u2581("]
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=len(pieces), d_model=16, d_ff=32, n_heads=2, n_layers=1,
+                                          max_len=128)).eval()
+    n_words = [1, 3, 5, 2]
+    src = torch.zeros((len(n_words), max(n_words)), dtype=torch.long)
+    for i, n in enumerate(n_words):
+        src[i, :n] = torch.randint(11, len(pieces), (n,))
+    beam = 3
+    make = lambda: TreeConstraint(pieces, 3, n_words, beam, "cpu")  # noqa: E731
+    assert make().usable
+    text = lambda ids: " ".join(pieces[i].lstrip("\u2581") for i in ids)  # noqa: E731
+    held = beam_search(model, src, 2, 3, beam_size=beam, alpha=0.3, max_extra=60, constraint=make())
+    for ids, n in zip(held, n_words):
+        assert well_formed(text(ids), n), text(ids)
+        assert all(pieces[i].lstrip("\u2581") in ("(S", ")S", "(NP", ")NP", "(VP", ")VP", "XX") for i in ids)
+    free = beam_search(model, src, 2, 3, beam_size=beam, alpha=0.3, max_extra=60)
+    assert not all(well_formed(text(ids), n) for ids, n in zip(free, n_words))
+
+
+def test_tree_constraint_rules_step_by_step():
+    import torch
+    from harness.probes.parsing import TreeConstraint
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "(S", ")S", "(NP", ")NP", "XX", "dog"]
+    c = TreeConstraint(pieces, 3, [1], 1, "cpu")
+    allowed = lambda: {pieces[i] for i in (c.mask(0)[0] == 0).nonzero().flatten().tolist()}  # noqa: E731
+    assert allowed() == {"(S", "(NP"}                       # a tree must start with a bracket
+    c.advance(torch.tensor([0]), torch.tensor([4]))         # (S
+    assert allowed() == {"(S", "(NP", "XX"}                 # no close of an empty constituent, no EOS
+    c.advance(torch.tensor([0]), torch.tensor([6]))         # (NP
+    c.advance(torch.tensor([0]), torch.tensor([8]))         # XX: the one word is placed
+    assert allowed() == {")NP"}                             # only the matching close
+    c.advance(torch.tensor([0]), torch.tensor([7]))
+    assert allowed() == {")S"}
+    c.advance(torch.tensor([0]), torch.tensor([5]))
+    assert allowed() == {"</s>"}

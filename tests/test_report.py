@@ -114,6 +114,27 @@ def test_rows_in_paper_order_with_hand_computed_means(table3):
     assert csv.loc["C4", "params_M"] == pytest.approx(0.75)
 
 
+def test_intervals_and_seed_paired_deltas(table3):
+    out, _, csv, _ = table3
+    # base: 10 and 12, so sd sqrt(2) and the 95 % half-width t(0.975, 1) * sqrt(2) / sqrt(2) = 12.706
+    assert csv.loc["base", "ppl_ci"] == pytest.approx(12.706, abs=1e-3)
+    # A1 - base by seed: 3 and 2; their half-width 12.706 * sd(3, 2) / sqrt(2) = 12.706 / 2
+    assert csv.loc["A1", "delta_ppl_ci"] == pytest.approx(12.706 / 2, abs=1e-3)
+    md = (out / "table3.md").read_text()
+    assert "+2.50 ± 6.35" in md and "11.00 ± 12.71" in md
+
+
+def test_claims_section_is_computed_from_the_runs(table3):
+    out, _, _, _ = table3
+    md = (out / "table3.md").read_text()
+    claims = md[md.index("## Claims"):]
+    line = next(ln for ln in claims.splitlines() if "`single_head_worse`" in ln)
+    # best of base/A2/A3/A4 is base (the only one run); ln PPL: (ln 13 - ln 10 + ln 14 - ln 12) / 2
+    assert f"{(math.log(13 / 10) + math.log(14 / 12)) / 2:+.3f}" in line and "n=2" in line
+    assert "**inconclusive**" in line and "within the seed-to-seed spread" in line
+    assert "**not run**" in next(ln for ln in claims.splitlines() if "`dropout_helps`" in ln)   # D1 failed
+
+
 def test_unfinished_seeds_are_not_averaged(table3):
     _, _, csv, _ = table3
     c4 = csv.loc["C4"]

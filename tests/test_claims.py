@@ -1,0 +1,99 @@
+"""The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/claims.py)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness import claims
+from harness.claims import Claim, interval, verdict
+from harness.paper import load_tables
+
+
+def _claim(**kw) -> Claim:
+    base = dict(id="x", study="table3", source="§", text="t", metric="nll", better="lower", a="A", b="B",
+                expect="better")
+    return Claim(**{**base, **kw})
+
+
+def test_interval_matches_student_t():
+    mean, low, high, n = interval([1.0, 2.0, 3.0])
+    # sd 1, n 3: half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732
+    assert (mean, n) == (2.0, 3)
+    assert high - mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
+    assert low == pytest.approx(2 * mean - high)
+    assert math.isnan(interval([5.0])[1])          # one value: no interval
+    assert interval([])[3] == 0
+
+
+def test_better_holds_contradicted_inconclusive():
+    c = _claim()        # lower is better; claim: A better than B
+    clear = {"A": {0: 1.0, 1: 1.1, 2: 0.9}, "B": {0: 2.0, 1: 2.2, 2: 2.1}}
+    assert verdict(c, clear)["verdict"] == "holds"
+    assert verdict(c, {"A": clear["B"], "B": clear["A"]})["verdict"] == "contradicted"
+    noisy = {"A": {0: 1.0, 1: 2.0, 2: 1.5}, "B": {0: 2.0, 1: 1.0, 2: 1.6}}
+    assert verdict(c, noisy)["verdict"] == "inconclusive"
+    one = {"A": {0: 1.0}, "B": {0: 2.0}}
+    got = verdict(c, one)
+    assert got["verdict"] == "inconclusive" and got["n"] == 1 and got["diff"] == pytest.approx(1.0)
+
+
+def test_pairing_uses_only_common_seeds_and_orientation():
+    c = _claim(better="higher")        # BLEU-like: A claimed above B
+    values = {"A": {0: 30.0, 1: 31.0, 2: 29.0, 7: 0.0}, "B": {0: 20.0, 1: 21.0, 2: 19.5}}
+    got = verdict(c, values)
+    assert got["n"] == 3 and got["verdict"] == "holds"
+    assert got["diff"] == pytest.approx((10 + 10 + 9.5) / 3)
+
+
+def test_pairing_removes_a_shared_seed_effect():
+    # Each seed moves both rows together by a lot; unpaired the intervals overlap, paired the gap is clear.
+    c = _claim()
+    values = {"A": {0: 1.0, 1: 3.0, 2: 5.0}, "B": {0: 1.1, 1: 3.1, 2: 5.1}}
+    assert verdict(c, values)["verdict"] == "holds"
+
+
+def test_equivalence_margin():
+    c = _claim(expect="equivalent", margin=0.05)
+    close = {"A": {0: 1.00, 1: 1.01, 2: 0.99}, "B": {0: 1.00, 1: 1.00, 2: 1.00}}
+    assert verdict(c, close)["verdict"] == "holds"
+    far = {"A": {0: 1.5, 1: 1.51, 2: 1.49}, "B": close["B"]}
+    assert verdict(c, far)["verdict"] == "contradicted"
+    wide = {"A": {0: 0.9, 1: 1.1, 2: 1.0}, "B": close["B"]}
+    assert verdict(c, wide)["verdict"] == "inconclusive"
+
+
+def test_best_of_rows_and_missing_rows():
+    c = _claim(a={"best": ["A", "C"]}, b="B")
+    values = {"A": {0: 2.0, 1: 2.0}, "C": {0: 1.0, 1: 1.1}, "B": {0: 3.0, 1: 3.2}}
+    got = verdict(c, values)
+    assert got["a_row"] == "C" and "= C" in got["a"] and got["verdict"] == "holds"
+    assert verdict(_claim(b="Z"), values)["verdict"] == "not run"
+
+
+def test_every_claim_in_the_file_is_valid_and_names_real_rows():
+    rows3 = set(load_tables()["table3"]["rows"])
+    loaded = claims.load_claims()
+    assert {c.study for c in loaded} >= {"table2", "table3", "table4", "modern"}
+    table3 = [c for c in loaded if c.study == "table3"]
+    assert len(table3) >= 10
+    for c in table3:
+        for side in (c.a, c.b):
+            for row in ([side] if isinstance(side, str) else side["best"]):
+                assert row in rows3, (c.id, row)
+        if c.paper:    # the paper's numbers quoted in the claim are the ones in tables.yaml
+            metric = c.paper.get("metric")
+            for side, value in (("a", c.paper["a"]), ("b", c.paper["b"])):
+                name = getattr(c, side)
+                if isinstance(name, str) and metric in ("ppl", "bleu"):
+                    assert load_tables()["table3"]["rows"][name][metric] == value, (c.id, side)
+
+
+def test_check_claims_reads_finished_runs_only():
+    runs = pd.DataFrame({"tags.row": ["base", "base", "D1", "D1", "D1"], "tags.seed": ["0", "1", "0", "1", "2"],
+                         "status": ["FINISHED"] * 4 + ["FAILED"],
+                         "metrics.dev_ppl": [2.0, 2.1, 3.0, 3.3, 1.0]})
+    got = {c["id"]: c for c in claims.check_claims("table3", runs)}
+    d = got["dropout_helps"]
+    assert d["n"] == 2 and d["diff"] == pytest.approx(((math.log(3.0) - math.log(2.0)) + (math.log(3.3) - math.log(2.1))) / 2)
+    assert got["single_head_worse"]["verdict"] == "not run"
