@@ -36,21 +36,37 @@ def _cmd_train(args) -> int:
     from . import overrides
     from .data.corpus import DataConfig
     from .train import TRAIN_PRESETS, train
-    try:
-        model_cfg = get_preset(args.preset)
-    except ConfigError as err:
-        raise UserError(str(err)) from None
-    data_cfg = DataConfig(name=args.data)
-    model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, TRAIN_PRESETS[args.preset], data_cfg,
-                                                     overrides.parse_sets(args.set))
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    if args.study:     # one row of a study as its trial would run it (the calibration runs of docs/calibration.md)
+        from .studyspec import load_study
+        if not args.row:
+            raise UserError("--study needs --row: the study row to train (e.g. --row base).")
+        trial = load_study(args.study, args.profile, [args.row], [args.seed]).trials[0]
+        model_cfg, train_cfg, data_cfg = trial.configs()
+    else:
+        if args.row or args.profile:
+            raise UserError("--row and --profile select a row of a study; give the study with --study FILE.")
+        try:
+            model_cfg = get_preset(args.preset)
+        except ConfigError as err:
+            raise UserError(str(err)) from None
+        model_cfg, train_cfg, data_cfg = model_cfg, TRAIN_PRESETS[args.preset], DataConfig(name=args.data)
+    model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, train_cfg, data_cfg, overrides.parse_sets(args.set))
     metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet)
+    rows = [json.loads(ln) for ln in (Path(args.out) / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    curve = [(r["step"], round(r["dev_ppl"], 3)) for r in rows if "dev_ppl" in r] + \
+        [(metrics["steps"], round(metrics["dev_ppl"], 3))]
     if args.json:
-        print(json.dumps(metrics))
+        print(json.dumps({**metrics, "dev_ppl_curve": curve}))
     else:
         keys = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "dev_bleu_copy_source", "params", "steps",
                 "train_seconds", "tokens_per_s")
         print(" | ".join(f"{k} {metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k} {metrics[k]}"
                          for k in keys if k in metrics))
+        if len(curve) > 1:
+            print("dev PPL by step: " + ", ".join(f"{s} {v:.2f}" for s, v in curve))
     return 0
 
 
@@ -117,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train one model and evaluate it on the dev set")
     tr.add_argument("--preset", default="tiny", help="paper_base | paper_big | tiny | modern_base")
+    tr.add_argument("--study", default=None, type=Path, help="start from a row of this study file instead of a preset")
+    tr.add_argument("--row", default=None, help="with --study: the row (e.g. base, C5)")
+    tr.add_argument("--profile", default=None, help="with --study: the profile (default: tiny when it has one)")
+    tr.add_argument("--seed", default=0, type=int, help="with --study: the trial's seed (train.seed)")
+    tr.add_argument("--threads", default=0, type=int, help="torch threads (0: torch's default; trials use 1)")
     tr.add_argument("--data", default="synth", help="'synth' (the made-up corpus) or a prepared data directory")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a model, train or data setting, e.g. --set n_heads=1 --set train.steps=200")

@@ -337,8 +337,11 @@ def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         name = T2_ROWS.get(row, "")
         rec = {"row": row, "paper_model": name, "status": status, "n_seeds": len(g), "n_finished": len(done),
                "data": _text(src, "params.data.name"), **{c: _param(src, k) for c, k in T2_ARCH.items()}}
-        for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok"):
+        for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last"):
             rec[f"{m}_mean"], rec[f"{m}_std"] = _mean(done, m), _std(done, m)
+        # What averaging the last checkpoints bought over the last checkpoint alone, seed by seed.
+        rec["averaging_gain_bleu_tok"] = (_col(done, "metrics.test_bleu_tok")
+                                          - _col(done, "metrics.test_bleu_tok_last")).mean()
         rec.update({m: _mean(done, m) for m in ("dev_ppl", "test_ppl", "steps", "averaged_checkpoints",
                                                 "train_seconds", "eval_seconds", "tokens_seen",
                                                 "flops_per_target_token", "device_matmul_tflops")})
@@ -376,9 +379,11 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
               "Cost the paper's way = training seconds × 1 device × this device's measured matmul rate "
               "(`device_matmul_tflops`, standing for footnote 5's assumed rate per GPU); counted = the model's "
               "FLOPs over the tokens trained on (harness/probes/flops.py); implied utilization = counted / "
-              "the paper's way. Checkpoints: averaged / requested.", ""]
+              "the paper's way. Checkpoints: averaged / requested; the last checkpoint alone is scored on the same "
+              "test sentences before averaging, so the Δ column is what averaging (§6.1) did.", ""]
     head = ["row", "paper model", "N, d_model, d_ff, h", "seeds", "test BLEU sacre", "test BLEU tok", "dev PPL",
-            "test PPL", "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
+            "test PPL", "test BLEU tok, last checkpoint alone", "Δ BLEU tok from averaging", "test PPL, last alone",
+            "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
             "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "paper BLEU EN-DE",
             "paper cost EN-DE (FLOPs)", "notes"]
     body = []
@@ -386,7 +391,10 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
         arch = ", ".join(_num(r[c], "{:g}") for c in ("N", "d_model", "d_ff", "h"))
         body.append([f"**{r['row']}**", r["paper_model"] or "–", arch, _seeds(r),
                      _pm(r["test_bleu_mean"], r["test_bleu_std"]), _pm(r["test_bleu_tok_mean"], r["test_bleu_tok_std"]),
-                     _num(r["dev_ppl"]), _num(r["test_ppl"]), _num(r["params_M"], "{:.3g}"), _num(r["steps"], "{:.0f}"),
+                     _num(r["dev_ppl"]), _num(r["test_ppl"]),
+                     _pm(r["test_bleu_tok_last_mean"], r["test_bleu_tok_last_std"]),
+                     _num(r["averaging_gain_bleu_tok"], "{:+.2f}"), _num(r["test_ppl_last_mean"]),
+                     _num(r["params_M"], "{:.3g}"), _num(r["steps"], "{:.0f}"),
                      f"{_num(r['averaged_checkpoints'], '{:g}')} / {_num(r['average_last'], '{:g}')}",
                      _num(r["train_minutes"], "{:.1f}"), _num(r["device_matmul_tflops"], "{:.3g}"),
                      _num(r["cost_paper_way"], "{:.2e}"), _num(r["cost_counted"], "{:.2e}"),
@@ -492,7 +500,9 @@ def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         for split in ("test", "dev"):
             rec.update({f"{split}_{s}": _mean(done, f"{split}_{s}") for s in T4_SCORES})
             rec[f"{split}_f1_std"] = _std(done, f"{split}_f1")
-        rec.update({m: _mean(done, m) for m in ("dev_ppl", "test_ppl", "steps", "train_seconds")})
+        rec.update({m: _mean(done, m) for m in ("dev_ppl", "test_ppl", "steps", "train_seconds",
+                                                "test_f1_constrained", "test_well_formed_constrained",
+                                                "dev_f1_constrained")})
         rec["params_M"] = _mean(done, "params") / 1e6
         rec["train_minutes"] = rec["train_seconds"] / 60
         rec["failure_reason"] = reason
@@ -523,14 +533,18 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
         body.append([name, spec.get("training", "–"), _num(spec.get("f1"), "{:.1f}"), cell])
     lines += ["## Table 4 as published, ours beside", ""]
     lines += _md_table(["Parser", "Training", "WSJ 23 F1", "ours: F1 (test)"], body)
+    lines += ["", "`constrained` (not the paper's; `train.constrained`): the same sentences decoded again with only "
+              "the tokens allowed that keep the output a tree over exactly the sentence's words "
+              "(harness/probes/parsing.py TreeConstraint); its outputs are trees by construction."]
     head = ["row", "data", "training trees", "N", "d_model", "beam", "alpha", "seeds", "F1 test", "F1 dev",
-            "recall", "precision", "complete match %", "avg crossing", "well-formed %", "test PPL", "params (M)",
-            "steps", "training (min)", "paper F1", "notes"]
+            "recall", "precision", "complete match %", "avg crossing", "well-formed %", "F1 test, constrained",
+            "F1 dev, constrained", "test PPL", "params (M)", "steps", "training (min)", "paper F1", "notes"]
     body = [[f"**{r['row']}**", r["data"] or "–", _num(r["train_trees"], "{:.0f}"), _num(r["N"], "{:g}"),
              _num(r["d_model"], "{:g}"), _num(r["beam"], "{:g}"), _num(r["alpha"], "{:g}"), _seeds(r),
              _pm(r["test_f1"], r["test_f1_std"]), _pm(r["dev_f1"], r["dev_f1_std"]), _num(r["test_recall"]),
              _num(r["test_precision"]), _num(r["test_complete_match"]), _num(r["test_average_crossing"]),
-             _num(r["test_well_formed"], "{:.1f}"), _num(r["test_ppl"]), _num(r["params_M"], "{:.3g}"),
+             _num(r["test_well_formed"], "{:.1f}"), _num(r.get("test_f1_constrained")),
+             _num(r.get("dev_f1_constrained")), _num(r["test_ppl"]), _num(r["params_M"], "{:.3g}"),
              _num(r["steps"], "{:.0f}"), _num(r["train_minutes"], "{:.1f}"), _num(r["paper_f1"], "{:.1f}"),
              _failure(r)] for r in table.to_dict("records")]
     lines += ["", "## Ours in detail (test split unless marked dev)", "", *_md_table(head, body)]

@@ -33,7 +33,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling.ScalingSpec.
 KINDS = ("train", "scaling")
 BASE_KEYS = {"preset", "model", "train", "data"}
-PROFILE_KEYS = {"description", "preset", "scale", "model", "train", "data", "resources", "requires"}
+PROFILE_KEYS = {"description", "preset", "scale", "model", "train", "data", "resources", "requires", "seeds"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu"}
@@ -205,7 +205,7 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     resources, requires = _resources(chk, raw, prof, where)
 
     chosen = _pick_rows(path, all_rows, rows)
-    chosen_seeds = seeds if seeds else study_seeds
+    chosen_seeds = seeds if seeds else _profile_seeds(chk, prof, where, study_seeds)
 
     trials = []
     for r in chosen:
@@ -217,6 +217,15 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
             trials[-1] = dataclasses.replace(trials[-1], row=r)
     return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
                  requires=requires, trials=trials)
+
+
+def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
+    """A profile's own default seeds (e.g. three where every claim needs an interval), else the study's."""
+    if "seeds" not in prof:
+        return study_seeds
+    if not isinstance(prof["seeds"], list) or not prof["seeds"]:
+        chk.fail(f"{where}.seeds", f"must be a non-empty list of integers, got {prof['seeds']!r}.")
+    return [chk.integer(x, f"{where}.seeds", 0) for x in prof["seeds"]]
 
 
 def _scaled(value, factor):

@@ -390,19 +390,23 @@ def train(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataCo
 
     history.close()
 
-    averaged = 0
-    if train_cfg.average_last > 1:
-        paths = list_checkpoints(ckpt_dir)[-train_cfg.average_last:]
-        model.load_state_dict(average_checkpoints(paths))
-        averaged = len(paths)
     eval_kwargs = dict(beam_size=train_cfg.beam_size, alpha=train_cfg.alpha, max_extra=train_cfg.max_extra,
                        max_tokens=train_cfg.max_tokens, bleu_sentences=train_cfg.bleu_sentences or None,
                        autocast=autocast, constrained=train_cfg.constrained)
     t_eval = time.perf_counter()
+    averaged, last_metrics = 0, {}
+    if train_cfg.average_last > 1:
+        if train_cfg.eval_test:   # what averaging buys: the last checkpoint alone, scored on the test set first
+            scored, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+            last_metrics = {f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))}
+        paths = list_checkpoints(ckpt_dir)[-train_cfg.average_last:]
+        model.load_state_dict(average_checkpoints(paths))
+        averaged = len(paths)
     metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
     if train_cfg.eval_test:
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
         metrics.update(test_metrics)
+    metrics.update(last_metrics)
     metrics.update({
         "params": n_params, "steps": step, "epochs": epoch + position / len(batches), "train_seconds": train_seconds,
         "tokens_per_s": tokens_seen / max(train_seconds, 1e-9), "step_time_s": train_seconds / max(step, 1),

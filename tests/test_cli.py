@@ -30,6 +30,9 @@ def one_sentence_error(err: str) -> str:
     (["train", "--set", "seed=3", "--out", "{tmp}/r"], "qualify it"),
     (["train", "--set", "train.label_smoothing=1.5", "--out", "{tmp}/r"], "label_smoothing"),
     (["train", "--data", "{tmp}/missing", "--out", "{tmp}/r"], "neither 'synth' nor an existing directory"),
+    (["train", "--row", "base", "--out", "{tmp}/r"], "give the study with --study"),
+    (["train", "--study", "studies/table3.yaml", "--out", "{tmp}/r"], "--study needs --row"),
+    (["train", "--study", "studies/table3.yaml", "--row", "C9", "--out", "{tmp}/r"], "has no row 'C9'"),
     (["data", "synth", "--out", "{tmp}/c", "--pairs", "0"], "1"),
     (["data", "prepare", "wmt14-en-de", "--from", "{tmp}/nowhere", "--out", "{tmp}/w"], "nowhere"),
     (["data", "prepare", "wmt15", "--from", "{tmp}", "--out", "{tmp}/w"], "unknown corpus"),
@@ -148,3 +151,17 @@ def test_probe_evalb_scores_two_files(capsys, tmp_path):
     summary = json.loads(out)["summary"]["all"]
     # gold: S NP VP + S NP VP = 6 brackets (the period is deleted); test: 3 + S VP = 5; matched 3 + S = 4.
     assert summary["recall"] == pytest.approx(100 * 4 / 6) and summary["precision"] == pytest.approx(100 * 4 / 5)
+
+
+def test_train_one_study_row_with_overrides(capsys, tmp_path):
+    """`train --study --row` starts from the row as its trial resolves it (profile and all), --set on top,
+    and prints the dev PPL measured every eval_every steps."""
+    code, out, _ = run(capsys, "train", "--study", "studies/table3.yaml", "--row", "C4", "--threads", "1",
+                       "--set", "steps=6", "--set", "eval_every=3", "--set", "bleu_sentences=2",
+                       "--set", "data.train_pairs=300", "--out", str(tmp_path / "r"), "--quiet", "--json")
+    assert code == 0
+    metrics = json.loads(out.strip().splitlines()[-1])
+    assert [s for s, _ in metrics["dev_ppl_curve"]] == [3, 6]
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["model"]["d_model"] == 32 and config["model"]["d_k"] == 4       # C4 at the tiny profile's widths
+    assert config["data"]["max_words"] == 20 and config["train"]["steps"] == 6

@@ -237,7 +237,7 @@ def test_table2_paper_and_ours(reports):
             assert (f"| {r[key]:.1e} " if r[key] is not None else "| – ") in ln + " "
     base = line(text, "| **base** |")
     paper_base = t2["rows"]["Transformer (base model)"]
-    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | 5.10 | 5.60 | 1.2 |" in base
+    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | 5.10 | 5.60 | – | – | – | 1.2 |" in base
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     big = line(text, "| **big** |")
@@ -268,7 +268,7 @@ def test_table4_paper_and_ours(reports):
     assert f"FAILED: {T4_FAILURE} (`semi_supervised`)" in line(published, f"| {semi} |")
     assert table["row"].tolist() == ["wsj_only", "semi_supervised"]      # the paper's order
     ours = line(text, "| **wsj_only** |")
-    assert ("| synth | 1000 | 2 | 128 | 21 | 0.3 | 1/1 | 45.20 | 47.80 | 44.10 | 46.30 | 12.00 | 1.25 | 83.0 | 2.34 "
+    assert ("| synth | 1000 | 2 | 128 | 21 | 0.3 | 1/1 | 45.20 | 47.80 | 44.10 | 46.30 | 12.00 | 1.25 | 83.0 | – | – | 2.34 "
             f"| 2.5 | 600 | 15.0 | {t4['rows'][wsj]['f1']:.1f} |") in ours
     failed = line(text, "| **semi_supervised** |")
     assert "| 10000 |" in failed and "0/1 FAILED" in failed and T4_FAILURE in failed

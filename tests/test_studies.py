@@ -97,6 +97,7 @@ BAD = {
     "wrong_type": ("version: 1", "version: one", "version: must be an integer"),
     "not_divisible": ("A1: {n_heads: 1, d_k: 512, d_v: 512}", "A1: {n_heads: 7}", "not divisible by n_heads=7"),
     "bad_scale": ("n_layers: 0.5, steps", "n_layers: -1, steps", "must be a positive number"),
+    "bad_profile_seeds": ("    seeds: [0]               #", "    seeds: [zero]            #", "profiles.tiny.seeds"),
 }
 
 
@@ -125,6 +126,15 @@ def test_scaling_study_resolves_one_trial_per_layer():
     study = load_study(ROOT / "studies" / "table1.yaml", "tiny")
     assert study.kind == "scaling" and {t.probe["layer"] for t in study.trials} == set(LAYERS)
     assert all(t.probe["device"] == "cpu" and t.probe["threads"] == 1 for t in study.trials)
+
+
+def test_profiles_name_their_default_seeds():
+    """A profile's seeds are its default; --seeds overrides them; a profile without any takes the study's."""
+    modern = ROOT / "studies" / "modern.yaml"
+    assert load_study(modern, "tiny").seeds == [0, 1, 2]
+    assert load_study(modern, "tiny", seeds=[5]).seeds == [5]
+    assert load_study(modern, "paper").seeds == [0]
+    assert load_study(ROOT / "studies" / "table3.yaml", "tiny").seeds == [0]
 
 
 def test_table4_follows_section_6_3():
