@@ -102,6 +102,11 @@ def test_synth_parse_dataset_pairs_sentences_with_their_trees(tmp_path):
     # the translation corpus underneath is the same generated one
     translate = load_dataset(DataConfig(**{**cfg.__dict__, "task": "translate"}), vocab_size=300)
     assert translate.dev.src_text == data.dev.src_text and translate.dev.trees is None
+    # every bracket token and XX of a linearized tree is one subword piece, never "(" + "NP"
+    for tgt in data.dev.tgt_text:
+        pieces = data.tokenizer.sp.encode(tgt, out_type=str)
+        assert [p.lstrip("\u2581") for p in pieces] == tgt.split()
+    assert data.tokenizer.decode([data.tokenizer.encode([tgt])[0] for tgt in data.dev.tgt_text]) == data.dev.tgt_text
 
 
 def test_tree_constraint_makes_every_beam_output_a_tree():

@@ -20,8 +20,10 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 MAX_TRAINING_LINES = 2_000_000
 
 
-def _content_hash(paths: list[Path], vocab_size: int) -> str:
+def _content_hash(paths: list[Path], vocab_size: int, symbols: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256(f"bpe-v1|{vocab_size}|{MAX_TRAINING_LINES}".encode())
+    if symbols:
+        h.update(("symbols|" + "\0".join(symbols)).encode())
     for p in paths:
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -48,8 +50,10 @@ def _lines(paths: list[Path]):
             f.close()
 
 
-def train_bpe(paths: list[str | Path], vocab_size: int, cache_dir: str | Path) -> Path:
-    """Train (or reuse) the shared BPE model for these text files; returns the path of the .model file."""
+def train_bpe(paths: list[str | Path], vocab_size: int, cache_dir: str | Path, symbols: tuple[str, ...] = ()) -> Path:
+    """Train (or reuse) the shared BPE model for these text files; returns the path of the .model file.
+    `symbols` are whole words that must each be one piece (the parsing targets' brackets and XX, as
+    Vinyals et al. 2015 treat them); sentencepiece then never splits "(NP" into "(" and "NP"."""
     paths = [Path(p) for p in paths]
     for p in paths:
         if not p.is_file():
@@ -57,7 +61,7 @@ def train_bpe(paths: list[str | Path], vocab_size: int, cache_dir: str | Path) -
     if vocab_size < 8:
         raise UserError(f"BPE vocabulary size {vocab_size} is too small; use at least 8 (the paper: 37000).")
     cache_dir = Path(cache_dir)
-    target = cache_dir / f"bpe-{vocab_size}-{_content_hash(paths, vocab_size)}.model"
+    target = cache_dir / f"bpe-{vocab_size}-{_content_hash(paths, vocab_size, tuple(symbols))}.model"
     if target.is_file():
         return target
     buf = io.BytesIO()
@@ -66,7 +70,9 @@ def train_bpe(paths: list[str | Path], vocab_size: int, cache_dir: str | Path) -
             sentence_iterator=_lines(paths), model_writer=buf, model_type="bpe", vocab_size=vocab_size,
             character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, minloglevel=2,
             # A small corpus may not hold vocab_size pieces; take what it has rather than fail.
-            hard_vocab_limit=False, num_threads=os.cpu_count() or 1, max_sentence_length=16384)
+            hard_vocab_limit=False, num_threads=os.cpu_count() or 1, max_sentence_length=16384,
+            # With the word-boundary mark in front, each symbol is one piece where it stands as a word.
+            **({"user_defined_symbols": ["\u2581" + w for w in symbols]} if symbols else {}))
     except RuntimeError as err:
         raise UserError(f"sentencepiece could not train a {vocab_size}-piece BPE model on "
                         f"{', '.join(map(str, paths))}: {err}") from None

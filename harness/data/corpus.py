@@ -89,7 +89,11 @@ def _checked_texts_and_tokenizer(cfg: DataConfig, vocab_size: int):
     paths = {split: _split_paths(root, split) for split in ("train", "dev", "test")}
     # Read (and so check: UTF-8, equal line counts, not empty) every file before any work is done.
     texts = {split: read_parallel(*paths[split]) for split in paths}
-    tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe"))
+    symbols: tuple[str, ...] = ()
+    if cfg.task == "parse":   # the bracket tokens and XX of the linearized trees, each one piece
+        symbols = tuple(sorted({tok for line in texts["train"][1] for tok in line.split()
+                                if tok == "XX" or tok[:1] in "()"}))
+    tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe", symbols))
     return root, texts, tokenizer
 
 
