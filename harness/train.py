@@ -52,7 +52,9 @@ class TrainConfig:
     max_extra: int = 50
     bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
     eval_test: bool = False            # also score the test set (Table 2)
-    constrained: bool = False          # parsing: also decode under the tree constraint (its own column; not the paper's)
+    # DEVIATION (off by default): constrained decodes parses a second time under a tree constraint
+    # (harness/probes/parsing.py TreeConstraint), reported beside the paper's unconstrained search + repair.
+    constrained: bool = False          # parsing: also decode under the tree constraint (its own column)
     log_every: int = 50
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
