@@ -66,6 +66,7 @@ class Claim:
     expect: str
     margin: float = 0.0
     paper: dict = field(default_factory=dict)
+    regime: str = ""      # where the claim can show at all, e.g. over-fitting (the report checks the runs were in it)
 
 
 @lru_cache(maxsize=1)

@@ -313,19 +313,21 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
     done = runs[runs["status"] == "FINISHED"]
     for row, g in done.groupby(done["tags.row"].astype(str)):
-        finals, drops, span = [], [], None
+        finals, drops, span, rose = [], [], None, []
         for run in g.itertuples(index=False):
             hist = sorted(tracking.metric_history(uri, run.run_id, "dev_ppl"))
             if not hist:
                 continue
             last_step, last = hist[-1]
             finals.append(last)
+            rose.append(last > min(v for _, v in hist) * 1.02)     # over-fitting: dev PPL up from its best
             later = [(s, v) for s, v in hist if s >= 0.75 * last_step and s < last_step]
             if later and last_step > 0:
                 drops.append(1 - last / later[0][1])
                 span = (later[0][0], last_step)
         out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
-                    "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span}
+                    "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span,
+                    "rose": sum(rose), "seeds": len(rose)}
     return out
 
 
@@ -352,6 +354,8 @@ def _claim_why(c: dict, diag: dict[str, dict]) -> str:
         elif pd.notna(drop) and drop > 0.10 and d.get("span"):
             notes.append(f"{row} was still improving: its dev PPL fell {100 * drop:.0f} % from step "
                          f"{d['span'][0]} to {d['span'][1]}")
+        if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
+            notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
     if c["n"] >= 2 and c["verdict"] == "inconclusive":
         if c["expect"] == "better":
             notes.append(f"the paired difference {c['diff']:+.3f} is smaller than its interval "
