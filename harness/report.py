@@ -264,7 +264,7 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
 
 
 def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path],
-                    claims_lines: list[str] = ()) -> str:
+                    claims_lines: list[str] = (), diag: dict | None = None) -> str:
     synth = results["parent"]["tags"].get("profile") == "tiny" or synthetic_data(results["runs"])
     lines = header_lines(study, results, paper["caption"] if paper else None)
     if paper:
@@ -290,7 +290,7 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
         r = r._asdict()
         seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
         failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
-        notes = "; ".join(x for x in (r["changes"], failure) if x)
+        notes = "; ".join(x for x in (r["changes"], failure, regime_note(r["row"], diag or {})) if x)
         cells = [f"**{r['row']}**", *(_num(r[c], "{:g}") for c in ARCH_COLUMNS), seeds,
                  _pm(r["ppl_mean"], r["ppl_ci"]), _pm(r["bleu_mean"], r["bleu_ci"]),
                  _pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), _num(r["params_M"], "{:.3g}"),
@@ -335,6 +335,17 @@ def _claim_value(metric: str, x: float) -> str:
     return "–" if pd.isna(x) else f"PPL {math.exp(x):.2f}" if metric in ("nll", "test_nll") else f"{x:.2f}"
 
 
+def regime_note(row: str, diag: dict[str, dict]) -> str:
+    """Where a row stood when training stopped, from its dev PPL curve: on the plateau, still improving."""
+    d, base = diag.get(row, {}), diag.get("base", {}).get("ppl", float("nan"))
+    ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
+    if pd.notna(ppl) and pd.notna(base) and row != "base" and ppl > 2.5 * base:
+        return f"near the plateau: dev PPL {ppl:.2f}, {ppl / base:.1f}x the base's"
+    if pd.notna(drop) and drop > 0.10 and d.get("span"):
+        return f"still improving: dev PPL -{100 * drop:.0f} % from step {d['span'][0]} to {d['span'][1]}"
+    return ""
+
+
 def _claim_why(c: dict, diag: dict[str, dict]) -> str:
     """What in the run's numbers explains a claim that does not hold (generated, never written by hand)."""
     if c["verdict"] == "holds":
@@ -344,22 +355,16 @@ def _claim_why(c: dict, diag: dict[str, dict]) -> str:
     notes = []
     if c["n"] < 2:
         notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
-    base_ppl = diag.get("base", {}).get("ppl", float("nan"))
     for row in dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r):
         d = diag.get(row, {})
-        ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
-        if pd.notna(ppl) and pd.notna(base_ppl) and row != "base" and ppl > 2.5 * base_ppl:
-            notes.append(f"{row} ended at dev PPL {ppl:.2f}, {ppl / base_ppl:.1f}x the base's: it had not left "
-                         "the plateau of a model that ignores the source within its steps")
-        elif pd.notna(drop) and drop > 0.10 and d.get("span"):
-            notes.append(f"{row} was still improving: its dev PPL fell {100 * drop:.0f} % from step "
-                         f"{d['span'][0]} to {d['span'][1]}")
+        if regime_note(row, diag):
+            notes.append(f"{row} was {regime_note(row, diag)}")
         if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
             notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
     if c["n"] >= 2 and c["verdict"] == "inconclusive":
         if c["expect"] == "better":
-            notes.append(f"the paired difference {c['diff']:+.3f} is smaller than its interval "
-                         f"[{c['low']:+.3f}, {c['high']:+.3f}]: within the seed-to-seed spread at this scale")
+            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
+                         "spans 0: the effect, if any, is within the seed-to-seed spread at this scale")
         else:
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
     if c["verdict"] == "contradicted":
@@ -517,7 +522,8 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
     csv = _atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = _atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
-                                                               claims_section(study, runs, uri)))
+                                                               claims_section(study, runs, uri),
+                                                               row_diagnostics(runs, uri)))
     return [md, csv, *plots, write_index(out_dir)]
 
 
