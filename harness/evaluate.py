@@ -71,8 +71,9 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
                 from .probes.parsing import TreeConstraint
                 pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
                 words = [len(s.split()) for s in srcs]
-                make = lambda idx: TreeConstraint(pieces, EOS, [words[i] for i in idx], beam_size, device)  # noqa: E731
-                if make([0]).usable:
+                first = TreeConstraint(pieces, EOS, [words[0]], beam_size, device)
+                make = lambda idx: TreeConstraint(first.vocab_info, EOS, [words[i] for i in idx], beam_size, device)  # noqa: E731
+                if first.usable:
                     held = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens,
                                      autocast, constraint_for=make)
                     scores, _ = parse_scores(held, srcs, split.trees[:n])

@@ -194,35 +194,47 @@ class TreeConstraint:
     vocabulary's piece strings (sentencepiece's leading "▁" ignored); `n_words` the word count of each
     sentence; `beam` the rows per sentence."""
 
-    def __init__(self, pieces: list[str], eos: int, n_words: list[int], beam: int, device, max_depth: int = 64):
+    def __init__(self, pieces, eos: int, n_words: list[int], beam: int, device, max_depth: int = 64):
+        """pieces: the vocabulary's piece strings, or the `vocab` of another TreeConstraint on the same device
+        (the classification of the pieces is then not done again for every batch)."""
         self.device = torch.device(device)
-        names = [p.lstrip("\u2581") for p in pieces]
-        labels = sorted({n[1:] for n in names if len(n) > 1 and n[0] in "()"})
-        index = {lab: i for i, lab in enumerate(labels)}
-        self.open_ids = torch.tensor([i for i, n in enumerate(names) if n[:1] == "(" and n[1:] in index],
-                                     dtype=torch.long, device=self.device)
-        self.close_of = torch.full((len(labels) + 1,), -1, dtype=torch.long)       # label -> close piece
-        self.label_of = torch.full((len(pieces),), -1, dtype=torch.long)           # piece -> label
-        self.kind = torch.zeros(len(pieces), dtype=torch.long)                      # 0 other, 1 open, 2 close, 3 word
-        for i, n in enumerate(names):
-            if n[:1] in "()" and n[1:] in index:
-                self.label_of[i] = index[n[1:]]
-                self.kind[i] = 1 if n[0] == "(" else 2
-                if n[0] == ")" and self.close_of[index[n[1:]]] < 0:
-                    self.close_of[index[n[1:]]] = i
-            elif n == "XX":
-                self.kind[i] = 3
-        self.xx_ids = (self.kind == 3).nonzero().flatten().to(self.device)
-        self.close_of, self.label_of, self.kind = (x.to(self.device) for x in (self.close_of, self.label_of, self.kind))
-        self.vocab, self.eos, self.max_depth = len(pieces), eos, max_depth
+        if isinstance(pieces, dict):
+            self.vocab_info = pieces
+        else:
+            self.vocab_info = self._classify(list(pieces), self.device)
+        self.__dict__.update(self.vocab_info)
+        self.eos, self.max_depth = eos, max_depth
         rows = len(n_words) * beam
         self.n = torch.tensor(n_words, dtype=torch.long, device=self.device).repeat_interleave(beam)
         self.depth = torch.zeros(rows, dtype=torch.long, device=self.device)
         self.words = torch.zeros(rows, dtype=torch.long, device=self.device)
         self.roots = torch.zeros(rows, dtype=torch.long, device=self.device)
-        self.stack = torch.full((rows, max_depth + 1), len(labels), dtype=torch.long, device=self.device)
+        self.stack = torch.full((rows, max_depth + 1), self.n_labels, dtype=torch.long, device=self.device)
         self.began = torch.zeros((rows, max_depth + 1), dtype=torch.long, device=self.device)
         self.limit: torch.Tensor | None = None
+
+    @staticmethod
+    def _classify(pieces: list[str], device) -> dict:
+        """Which pieces open or close which label, and which is a word (XX): once per vocabulary."""
+        names = [p.lstrip("\u2581") for p in pieces]
+        labels = sorted({n[1:] for n in names if len(n) > 1 and n[0] in "()"})
+        index = {lab: i for i, lab in enumerate(labels)}
+        open_ids = torch.tensor([i for i, n in enumerate(names) if n[:1] == "(" and n[1:] in index],
+                                dtype=torch.long)
+        close_of = torch.full((len(labels) + 1,), -1, dtype=torch.long)       # label -> close piece
+        label_of = torch.full((len(pieces),), -1, dtype=torch.long)           # piece -> label
+        kind = torch.zeros(len(pieces), dtype=torch.long)                      # 0 other, 1 open, 2 close, 3 word
+        for i, n in enumerate(names):
+            if n[:1] in "()" and n[1:] in index:
+                label_of[i] = index[n[1:]]
+                kind[i] = 1 if n[0] == "(" else 2
+                if n[0] == ")" and close_of[index[n[1:]]] < 0:
+                    close_of[index[n[1:]]] = i
+            elif n == "XX":
+                kind[i] = 3
+        return {"open_ids": open_ids.to(device), "close_of": close_of.to(device), "label_of": label_of.to(device),
+                "kind": kind.to(device), "xx_ids": (kind == 3).nonzero().flatten().to(device),
+                "vocab": len(pieces), "n_labels": len(labels)}
 
     def start(self, limits: torch.Tensor) -> None:
         """Each sentence's output limit (tokens, EOS included): a bracket or word is allowed only while the
