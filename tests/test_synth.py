@@ -285,3 +285,20 @@ def test_bad_arguments_raise_user_error(call):
     with pytest.raises(UserError) as err:
         call()
     assert str(err.value).endswith(".") and len(str(err.value).splitlines()) == 1
+
+
+def test_write_corpus_two_writers_race(tmp_path, monkeypatch):
+    """Two processes asked for the same new corpus both generate it; the one that finishes second finds the
+    other's finished directory where its own goes and uses that, without an error or a temp dir left."""
+    import harness.data.synth as synth
+    out = tmp_path / "corpus"
+    theirs = write_corpus(out, 50, 10, 10, seed=4)        # the other writer, already done
+    real = synth._existing
+    calls = []
+
+    def first_look_missed(path, request):                  # our first look came before theirs finished
+        calls.append(path)
+        return None if len(calls) == 1 else real(path, request)
+    monkeypatch.setattr(synth, "_existing", first_look_missed)
+    assert write_corpus(out, 50, 10, 10, seed=4) == theirs
+    assert len(calls) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]

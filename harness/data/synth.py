@@ -539,11 +539,11 @@ def write_corpus(out_dir: str | Path, n_train: int, n_dev: int, n_test: int, see
         manifest = {**request, "splits": stats,
                     "files": [f"{s}.{k}" for s in SPLITS for k in ("src", "tgt", "tree")]}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        if out.is_dir():
-            out.rmdir()  # empty (checked above); rename onto a directory is not portable
         try:
+            if out.is_dir():
+                out.rmdir()  # empty (checked above); rename onto a directory is not portable
             os.rename(tmp, out)
-        except OSError:  # someone else finished first: theirs is fine if it is the same corpus
+        except OSError:  # someone else finished first (rmdir or rename): theirs is fine if it is the same corpus
             if (theirs := _existing(out, request)) is not None:
                 return theirs
             raise
