@@ -8,6 +8,7 @@ backward = 2 x forward), which fvcore and torch.utils.flop_counter reproduce exa
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import statistics
 import time
@@ -96,7 +97,14 @@ def _timed(fn, device) -> float:
 
 def matmul_peak(device, dtype) -> float:
     """TFLOP/s of a large square matmul in this dtype, its best of 10: the machine's own yardstick for
-    utilization (a best, not a median, so that a busy moment does not lower the bar)."""
+    utilization (a best, not a median, so that a busy moment does not lower the bar). Measured once per
+    process, device, dtype and thread count (a Ray worker runs trial after trial: 2 s each on one CPU core)."""
+    return _matmul_peak(str(device), dtype, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=None)
+def _matmul_peak(device_name: str, dtype, threads: int) -> float:
+    device = torch.device(device_name)
     n = 8192 if device.type == "cuda" else 2048
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):

@@ -164,4 +164,4 @@ def test_train_one_study_row_with_overrides(capsys, tmp_path):
     assert [s for s, _ in metrics["dev_ppl_curve"]] == [3, 6]
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config["model"]["d_model"] == 32 and config["model"]["d_k"] == 4       # C4 at the tiny profile's widths
-    assert config["data"]["max_words"] == 20 and config["train"]["steps"] == 6
+    assert config["data"]["max_words"] == 12 and config["train"]["steps"] == 6
