@@ -10,7 +10,13 @@ seeds both finished, oriented so that d > 0 is the claimed direction, and the in
   (the interval spans 0);
 - "equivalent" (margin m): holds if the interval lies inside [-m, m], contradicted if it lies wholly outside
   it, else inconclusive.
-One seed gives no interval, so every verdict from one seed is inconclusive.
+One seed gives no interval, so every comparison from one seed is inconclusive.
+
+Measurement claims ("value", Table 1's complexity column): one row's measured value (a fitted exponent, a
+count of sequential operations, a path length) against the paper's formula, a fixed `target` or the run's
+own evaluation of the formula (`target_metric`), within a stated tolerance m: with one seed the value holds
+if it lies within m of the target and is contradicted otherwise (a measurement, not a sample of a noisy
+comparison); with several seeds their interval decides as for "equivalent".
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ CLAIMS = Path(__file__).parent / "paper" / "claims.yaml"
 METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
            "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
            "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
-           "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None)}
+           "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None),
+           # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at the
+           # largest n, measured and by the layer's construction, and path lengths at the largest path n,
+           # measured from gradients and by the paper's formula.
+           "exp_n": ("exp_n_fwd", None), "exp_d": ("exp_d_fwd", None), "seq_ops": ("seq_ops_measured", None),
+           "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
+           "path_formula": ("path_formula_max_n", None)}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
@@ -60,11 +72,13 @@ class Claim:
     source: str
     text: str
     metric: str
-    better: str
     a: object
-    b: object
     expect: str
+    better: str = ""      # lower | higher: comparisons only
+    b: object = None      # comparisons only
     margin: float = 0.0
+    target: float | None = None     # value claims: the paper's number, or
+    target_metric: str = ""         # value claims: the metric holding the run's own evaluation of the formula
     paper: dict = field(default_factory=dict)
     regime: str = ""      # where the claim can show at all, e.g. over-fitting (the report checks the runs were in it)
 
@@ -82,8 +96,19 @@ def load_claims() -> tuple[Claim, ...]:
             raise ValueError(f"{where}: {err}") from None
         if claim.metric not in METRICS:
             raise ValueError(f"{where}: metric {claim.metric!r} is not one of {', '.join(METRICS)}")
+        if claim.expect == "value":
+            if not isinstance(claim.a, str) or claim.b is not None:
+                raise ValueError(f"{where}: a value claim names one row as a and no b")
+            if (claim.target is None) == (not claim.target_metric):
+                raise ValueError(f"{where}: a value claim needs exactly one of target and target_metric")
+            if claim.target_metric and claim.target_metric not in METRICS:
+                raise ValueError(f"{where}: target_metric {claim.target_metric!r} is not one of {', '.join(METRICS)}")
+            if claim.margin < 0:
+                raise ValueError(f"{where}: a value claim's margin (its tolerance) must not be negative")
+            out.append(claim)
+            continue
         if claim.better not in ("lower", "higher") or claim.expect not in ("better", "equivalent"):
-            raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent")
+            raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent|value")
         if claim.expect == "equivalent" and not claim.margin > 0:
             raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
         for side in (claim.a, claim.b):
@@ -151,11 +176,39 @@ def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(values[b][s] for s in seeds)[0]}
 
 
+def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
+                  targets: dict[str, dict[int, float]] | None = None) -> dict:
+    """A value claim checked: the row's measured value against the target (fixed, or per seed from
+    `targets`), the deviation value - target with its interval over seeds, and the verdict."""
+    a = claim.a if claim.a in values else None
+    label = f"target {claim.target:g}" if claim.target is not None else f"formula ({claim.target_metric})"
+    out = {"id": claim.id, "a": claim.a, "b": label, "a_row": a, "b_row": None, "metric": claim.metric,
+           "expect": claim.expect, "margin": claim.margin}
+    target_of = (lambda s: claim.target) if claim.target is not None else (lambda s: (targets or {}).get(a, {}).get(s))
+    seeds = [s for s in sorted(values.get(a, {})) if target_of(s) is not None] if a else []
+    if not seeds:
+        return {**out, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+                "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
+    mean, low, high, n = interval(values[a][s] - target_of(s) for s in seeds)
+    m = claim.margin + 1e-9               # counts are compared exactly (margin 0), up to float rounding
+    if n < 2:
+        result = "holds" if abs(mean) <= m else "contradicted"
+    else:
+        result = "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
+    return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
+            "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(target_of(s) for s in seeds)[0]}
+
+
 def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
     """Every claim of `study` checked against its runs, in claims.yaml's order."""
     out = []
     cache: dict[str, dict] = {}
     for claim in claims_for(study):
         values = cache.setdefault(claim.metric, per_seed(runs, claim.metric))
-        out.append({**verdict(claim, values), "claim": claim})
+        if claim.expect == "value":
+            targets = cache.setdefault(claim.target_metric, per_seed(runs, claim.target_metric)) \
+                if claim.target_metric else None
+            out.append({**value_verdict(claim, values, targets), "claim": claim})
+        else:
+            out.append({**verdict(claim, values), "claim": claim})
     return out

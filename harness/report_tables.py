@@ -317,7 +317,8 @@ def write_table1(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     plots = [plot_table1_time(study, table, curves, "n", out_dir / f"{study}_time_vs_n.png"),
              plot_table1_time(study, table, curves, "d", out_dir / f"{study}_time_vs_d.png"),
              plot_table1_paths(study, table, curves, out_dir / f"{study}_path_length.png")]
-    return _write(study, out_dir, render_table1(study, results, table), table, plots)
+    return _write(study, out_dir, render_table1(study, results, table), table, plots,
+                  claims_section(study, results["runs"], uri))
 
 
 # ------------------------------------------------------------------------------------------ Table 2

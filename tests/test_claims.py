@@ -97,3 +97,63 @@ def test_check_claims_reads_finished_runs_only():
     d = got["dropout_helps"]
     assert d["n"] == 2 and d["diff"] == pytest.approx(((math.log(3.0) - math.log(2.0)) + (math.log(3.3) - math.log(2.1))) / 2)
     assert got["single_head_worse"]["verdict"] == "not run"
+
+
+def _value(**kw) -> Claim:
+    base = dict(id="v", study="table1", source="Table 1", text="t", metric="exp_n", a="sdpa", expect="value",
+                target=2.0, margin=0.25)
+    return Claim(**{**base, **kw})
+
+
+def test_value_claims_measured_against_the_formula():
+    one = {"sdpa": {0: 1.94}}
+    got = claims.value_verdict(_value(), one)
+    assert got["verdict"] == "holds" and got["diff"] == pytest.approx(-0.06) and got["n"] == 1
+    assert claims.value_verdict(_value(), {"sdpa": {0: 2.48}})["verdict"] == "contradicted"   # one seed decides
+    assert claims.value_verdict(_value(a="rnn_loop"), one)["verdict"] == "not run"
+    spread = {"sdpa": {0: 1.6, 1: 2.3, 2: 2.1}}                   # interval straddles the tolerance's edge
+    assert claims.value_verdict(_value(), spread)["verdict"] == "inconclusive"
+    # counts against the run's own evaluation of the formula, exactly (margin 0)
+    counts, formula = {"rnn_loop": {0: 2048.0}}, {"rnn_loop": {0: 2048.0}}
+    c = _value(metric="seq_ops", a="rnn_loop", target=None, target_metric="seq_ops_formula", margin=0.0)
+    assert claims.value_verdict(c, counts, formula)["verdict"] == "holds"
+    assert claims.value_verdict(c, {"rnn_loop": {0: 1.0}}, formula)["verdict"] == "contradicted"
+    assert claims.value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
+
+
+def test_table1_claims_name_its_rows_and_metrics():
+    import yaml
+    from pathlib import Path
+    rows = set(yaml.safe_load((Path(__file__).parents[1] / "studies" / "table1.yaml").read_text())["rows"])
+    table1 = [c for c in claims.load_claims() if c.study == "table1"]
+    assert len(table1) >= 10 and all(c.expect == "value" and c.a in rows for c in table1)
+    runs = pd.DataFrame({"tags.row": ["sdpa", "restricted"], "tags.seed": ["0", "0"], "status": ["FINISHED"] * 2,
+                         "metrics.exp_n_fwd": [1.94, 1.83], "metrics.path_measured_max_n": [1.0, 8.0],
+                         "metrics.path_formula_max_n": [1.0, 8.0]})
+    got = {c["id"]: c["verdict"] for c in claims.check_claims("table1", runs)}
+    assert got["attention_quadratic_in_n"] == "holds" and got["restricted_linear_in_n"] == "contradicted"
+    assert got["attention_path_constant"] == got["restricted_path_n_over_r"] == "holds"
+    assert got["recurrent_linear_in_n"] == "not run"
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(b="B"), "one row as a and no b"),
+    (dict(target_metric="path_formula"), "exactly one of target and target_metric"),
+    (dict(target=None), "exactly one of target and target_metric"),
+    (dict(target=None, target_metric="nope"), "is not one of"),
+    (dict(margin=-1.0), "must not be negative"),
+])
+def test_bad_value_claims_are_refused(tmp_path, monkeypatch, bad, message):
+    import dataclasses
+    import yaml
+    item = {k: v for k, v in dataclasses.asdict(_value(**bad)).items() if v not in (None, "", {})}
+    item.setdefault("margin", 0.25)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "claims": [item]}))
+    monkeypatch.setattr(claims, "CLAIMS", path)
+    claims.load_claims.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=message):
+            claims.load_claims()
+    finally:
+        claims.load_claims.cache_clear()

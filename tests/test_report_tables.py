@@ -277,3 +277,15 @@ def test_table4_paper_and_ours(reports):
     assert {"test_f1", "dev_f1", "test_recall", "test_precision", "test_complete_match", "test_average_crossing",
             "test_well_formed", "train_trees", "beam", "alpha", "params_M", "train_minutes"} <= set(table.columns)
     assert "made-up grammar" in text and "not comparable" in text
+
+
+def test_table1_ends_with_its_claims_computed_from_the_runs(reports):
+    out, _, _ = reports
+    section = md(out, "table1").split("## Claims")[1]
+    assert "A measurement claim (Table 1's columns)" in section
+    quad = line(section, "| `attention_quadratic_in_n` (Table 1) |")
+    assert "| O(n^2 · d) | sdpa: 1.87 against 2.00 | -0.130 exp_n, n=1, tolerance ±0.25 | **holds** |" in quad
+    assert "**not run**" in line(section, "| `recurrent_linear_in_n` (Table 1) |")      # rnn_loop FAILED
+    assert "| restricted: 8 against 8 |" in line(section, "| `restricted_path_n_over_r` (§4) |")
+    d = line(section, "| `attention_linear_in_d` (Table 1) |")
+    assert "sdpa: 0.98 against 1.00" in d and "**holds**" in d
