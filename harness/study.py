@@ -28,12 +28,20 @@ from .tracking import StudyTracking, tracking_uri
 from .train import check_writable
 
 
-def git_state() -> tuple[str, bool]:
+PROJECT_ROOT = Path(__file__).resolve().parents[1]      # the checkout this harness/ was imported from
+
+
+def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
+    """(commit, uncommitted changes) of the project's own checkout, whatever the current directory: a study
+    started from a scratch directory, or from inside another repository, records the commit of the code that
+    ran. "unknown" where the project is not a git checkout of its own (e.g. installed into site-packages,
+    which may itself lie inside some other repository)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, check=True).stdout.strip())
-        return sha, dirty
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
+            return "unknown", False
+        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.CalledProcessError):
         return "unknown", False
 

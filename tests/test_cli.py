@@ -165,3 +165,16 @@ def test_train_one_study_row_with_overrides(capsys, tmp_path):
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config["model"]["d_model"] == 32 and config["model"]["d_k"] == 4       # C4 at the tiny profile's widths
     assert config["data"]["max_words"] == 12 and config["train"]["steps"] == 6
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`python -m harness run STUDY --dry-run | head`: the reader leaves early; no traceback, the exit code of
+    a tool stopped by SIGPIPE (128 + 13), as `cat` or `seq` give in a pipeline."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    study = Path(__file__).parents[1] / "studies" / "table3.yaml"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", f"{sys.executable} -m harness run {study} --dry-run | true"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141, (done.returncode, done.stderr)

@@ -321,3 +321,23 @@ def test_overhead_account_splits_slot_time():
     assert cost["work"] == pytest.approx(28.0)
     assert cost["overhead_share"] == pytest.approx((1.5 + 1.5 + 2 * 2) / 44)
     assert cost["tail_share"] == pytest.approx(9 / 44)       # B's slot idle 111-120, nothing left to run
+
+
+def test_provenance_is_the_projects_checkout_not_the_current_directory(tmp_path, monkeypatch):
+    """The commit recorded is that of the code that ran, read from the project's checkout: from a scratch
+    directory, or from inside another repository, it is still the project's; a harness/ that is not the
+    top of a checkout of its own (installed inside someone else's repository) records unknown."""
+    from harness.study import PROJECT_ROOT, git_state
+    try:
+        ours = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("this copy of the project is not a git checkout")
+    other = tmp_path / "other"
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    subprocess.run(["git", "-C", str(other), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "theirs"], check=True)
+    monkeypatch.chdir(other)
+    assert git_state()[0] == ours
+    (other / "vendored" / "harness").mkdir(parents=True)
+    assert git_state(other / "vendored") == ("unknown", False)
