@@ -152,6 +152,11 @@ def _side(spec, values: dict[str, dict[int, float]], better: str) -> tuple[str |
     return best, f"best of {', '.join(spec['best'])} = {best}"
 
 
+def _within(low: float, high: float, m: float) -> str:
+    """holds if [low, high] lies inside [-m, m], contradicted if wholly outside it, else inconclusive."""
+    return "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
+
+
 def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
     """The claim checked on {row: {seed: value}}: rows used, paired difference with its interval, verdict."""
     a, a_label = _side(claim.a, values, claim.better)
@@ -170,8 +175,7 @@ def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
     elif claim.expect == "better":
         result = "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
     else:
-        m = claim.margin
-        result = "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
+        result = _within(low, high, claim.margin)
     return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(values[b][s] for s in seeds)[0]}
 
@@ -191,10 +195,7 @@ def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
                 "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
     mean, low, high, n = interval(values[a][s] - target_of(s) for s in seeds)
     m = claim.margin + 1e-9               # counts are compared exactly (margin 0), up to float rounding
-    if n < 2:
-        result = "holds" if abs(mean) <= m else "contradicted"
-    else:
-        result = "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
+    result = _within(mean, mean, m) if n < 2 else _within(low, high, m)   # one measurement: its value decides
     return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(target_of(s) for s in seeds)[0]}
 

@@ -410,13 +410,12 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
         claim = c["claim"]
         paper = claim.paper
         unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
-        if claim.expect == "value":
-            paper_cell = paper.get("formula", "–")
+        a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
+        if claim.expect == "value":      # one row's measurement against the formula
+            paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
         else:
             paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
-        ours = (f"{c['a']}: {_claim_value(claim.metric, c['a_mean'])} against "
-                f"{_claim_value(claim.metric, c['b_mean'])}" if claim.expect == "value" else
-                f"{c['a']}: {_claim_value(claim.metric, c['a_mean'])} vs {c['b']}: {_claim_value(claim.metric, c['b_mean'])}")
+            ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
         diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
                 f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
         if claim.expect == "equivalent":
