@@ -8,7 +8,7 @@ from torch import nn
 from harness.paper import load_tables, table3_model_overrides
 from model import (PRESETS, ConfigError, Transformer, TransformerConfig, beam_search, count_parameters, greedy,
                    reference_attention)
-from model.attention import CPU_EXPLICIT_MAX_KEYS, attend, attention_path
+from model.attention import CPU_EXPLICIT_MAX_KEYS, ShortSoftmax, attend, attention_path
 from model.config import paper_base
 
 TABLE3 = load_tables()["table3"]["rows"]
@@ -176,6 +176,25 @@ def test_cpu_dropout_drops_p_of_the_units_rescales_the_rest_and_masks_the_gradie
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())                  # d(x * m / (1 - p)) / dx = m / (1 - p)
     assert torch.equal(dropout(x, 0.3, training=False), x)
+
+
+def test_short_softmax_equals_torch_softmax_forward_and_backward_with_masked_keys():
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 5, 7, dtype=torch.float64)
+    x[..., 4:] = float("-inf")                              # masked keys, as the explicit path adds them
+    x.requires_grad_(True)
+    y = ShortSoftmax.apply(x)
+    ref = x.detach().clone().requires_grad_(True)
+    y_ref = ref.softmax(-1)
+    assert torch.allclose(y, y_ref, atol=1e-12) and torch.all(y[..., 4:] == 0)
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g)
+    assert torch.allclose(x.grad, ref.grad, atol=1e-12)
+    assert torch.autograd.gradcheck(ShortSoftmax.apply, (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),))
+    half = torch.randn(4, 9, dtype=torch.bfloat16)         # low precision: computed in fp32, returned as given
+    out = ShortSoftmax.apply(half)
+    assert out.dtype == torch.bfloat16 and torch.allclose(out.float(), half.float().softmax(-1), atol=4e-3)
 
 
 def test_auto_path_is_explicit_only_for_short_cpu_sequences(monkeypatch):
