@@ -20,12 +20,12 @@ import torch
 
 from model import Transformer, TransformerConfig, count_parameters
 
-from .allocator import pin_allocator
-from .data.batching import (Prefetcher, bucket_batches, epoch_order, packed_batches, padding_fraction,
+from harness.system import pin_allocator
+from harness.data.batching import (Prefetcher, bucket_batches, epoch_order, packed_batches, padding_fraction,
                             token_batches)
-from .data.corpus import DataConfig, Dataset, load_dataset
-from .errors import UserError
-from .evaluate import evaluate, perplexity
+from harness.data.corpus import DataConfig, Dataset, load_dataset
+from harness.errors import UserError
+from harness.eval.evaluate import evaluate, perplexity
 
 CHECKPOINT_VERSION = 1
 
@@ -53,7 +53,7 @@ class TrainConfig:
     bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
     eval_test: bool = False            # also score the test set (Table 2)
     # DEVIATION (off by default): constrained decodes parses a second time under a tree constraint
-    # (harness/probes/parsing.py TreeConstraint), reported beside the paper's unconstrained search + repair.
+    # (harness/eval/parse.py TreeConstraint), reported beside the paper's unconstrained search + repair.
     constrained: bool = False          # parsing: also decode under the tree constraint (its own column)
     log_every: int = 50
     device: str = "auto"               # auto | cpu | cuda | cuda:N

@@ -1,4 +1,4 @@
-"""harness.report_tables: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
+"""harness.report.table1, table2 and table4: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
 the runner's schema (one parent run per invocation, one child run per trial), one FAILED trial each."""
 
 import math
@@ -11,7 +11,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from harness.paper import load_tables
 from harness.probes.cost import training_costs
-from harness.probes.scaling import PAPER
+from harness.paper import table1_columns
 from harness.report import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -191,7 +191,7 @@ def test_table1_theory_beside_measurement(reports):
     text, table = md(out, "table1"), csv(out, "table1")
     assert table["row"].tolist() == list(T1)                       # the study file's order
     for layer in ("sdpa", "plain", "restricted", "rnn_torch", "conv", "conv_separable", "conv_dilated"):
-        ln, p = line(text, f"| **{layer}** |"), PAPER[layer]
+        ln, p = line(text, f"| **{layer}** |"), table1_columns()[layer]
         en, enb, ed, edb, over = T1[layer]
         assert f"| {p['row']} | {p['complexity']} | {p['exp_n']:g} | {en:.2f} | {enb:.2f} | {p['exp_d']:g} |" in ln
         assert f"| {p['seq']} |" in ln and f"| {p['path']} | {over['path'][-1]} | {over['path'][-1]} (n=17) |" in ln

@@ -244,7 +244,7 @@ def main(preset: str = "paper_base", batch_tokens: int = 25000, sentence_len: in
          as_json: bool = False) -> int:
     from model import ConfigError, get_preset
 
-    from ..errors import UserError
+    from harness.errors import UserError
     try:
         cfg = get_preset(preset)
     except ConfigError as err:
