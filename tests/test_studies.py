@@ -167,6 +167,17 @@ def test_a_bad_include_is_one_sentence(include, needle, tmp_path, capsys):
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_runner_keeps_table2s_counted_paper_costs_in_the_parent_run():
+    import json
+
+    from harness.probes.cost import training_costs
+    from harness.study.runner import paper_tags
+    t2, t3 = load_study(ROOT / "studies" / "table2.yaml", "tiny"), load_study(ROOT / "studies" / "table3.yaml", "tiny")
+    assert json.loads(paper_tags(t2)["paper_costs"]) == json.loads(json.dumps(training_costs()))
+    assert len(paper_tags(t2)["paper_costs"]) < 5000          # an MLflow tag value
+    assert paper_tags(t3) == {}
+
+
 def test_table4_follows_section_6_3():
     setup = load_tables()["table4"]["setup"]
     for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials:
