@@ -1,5 +1,7 @@
 """The model core: parameter counts against Table 3, pairs that must agree, and one test per variant field."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,25 @@ def test_replace_rederives_per_head_widths_as_row_a_does():
     assert paper_base.replace(n_heads=16).d_k == 32
     assert paper_base.replace(d_k=16).d_v == 64       # row B changes d_k alone
     assert paper_base.replace(n_layers=2).n_enc_layers == 2
+
+
+def test_every_way_of_deriving_a_config_gives_the_same_config():
+    two = dataclasses.replace(paper_base, n_layers=2)
+    assert (two.n_enc_layers, two.n_dec_layers) == (2, 2)
+    assert two == paper_base.replace(n_layers=2) == TransformerConfig(n_layers=2)
+    assert dataclasses.replace(paper_base, n_heads=16) == paper_base.replace(n_heads=16) == TransformerConfig(n_heads=16)
+    assert dataclasses.replace(paper_base, d_model=256).d_v == 32
+    # A value set by hand (other than what its rule gives) stays when its sources change.
+    deep_encoder = dataclasses.replace(paper_base, n_layers=2, n_enc_layers=6)
+    assert (deep_encoder.n_enc_layers, deep_encoder.n_dec_layers) == (6, 2)
+    assert dataclasses.replace(TransformerConfig(d_k=16), n_heads=16).d_k == 16
+    assert dataclasses.replace(TransformerConfig(n_kv_heads=2), n_heads=16).n_kv_heads == 2
+    # The config as a dict (MLflow, config.json, a study's trials) holds the resolved numbers as plain ints,
+    # and builds the same config again.
+    as_dict = paper_base.to_dict()
+    assert as_dict["d_k"] == 64 and type(as_dict["d_k"]) is int and type(as_dict["n_enc_layers"]) is int
+    assert TransformerConfig(**as_dict) == paper_base
+    assert TransformerConfig(**as_dict).replace(n_layers=2).n_dec_layers == 2
 
 
 @pytest.mark.parametrize("bad, message", [
