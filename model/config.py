@@ -7,7 +7,6 @@ Presets are frozen data and are never edited: a test pins paper_base to the pape
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -163,21 +162,3 @@ def get_preset(name: str) -> TransformerConfig:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name]
-
-
-class Switch:
-    """A module-wide choice between implementations of the same arithmetic ("auto" lets the code choose),
-    set for a block with `use`: tests hold every implementation to the reference, benches time each."""
-
-    def __init__(self, what: str, options: tuple[str, ...]):
-        self.what, self.options, self.value = what, options, "auto"
-
-    @contextlib.contextmanager
-    def use(self, value: str):
-        if value not in self.options:
-            raise ValueError(f"{self.what} {value!r} is not one of {', '.join(self.options)}.")
-        old, self.value = self.value, value
-        try:
-            yield
-        finally:
-            self.value = old

@@ -10,7 +10,7 @@ from torch import nn
 from harness.paper import load_tables, table3_model_overrides
 from model import (PRESETS, ConfigError, Transformer, TransformerConfig, beam_search, count_parameters, greedy,
                    reference_attention)
-from model.attention import CPU_EXPLICIT_MAX_KEYS, ShortSoftmax, attend, attention_path
+from model.kernels import CPU_EXPLICIT_MAX_KEYS, ShortSoftmax, attend
 from model.config import paper_base
 
 TABLE3 = load_tables()["table3"]["rows"]
@@ -136,14 +136,14 @@ def _copy_into_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None
 @pytest.mark.parametrize("path", ["sdpa", "explicit"])
 def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights(path):
     cfg = paper_base.replace(vocab_size=1000, p_drop=0.0)
-    ours = Transformer(cfg).eval()
+    ours = Transformer(cfg, kernel=path).eval()
     ref = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff, dropout=0.0,
                          batch_first=True, layer_norm_eps=cfg.norm_eps).eval()
     _copy_into_torch_transformer(ours, ref)
     src = torch.randint(4, cfg.vocab_size, (3, 11))
     src[1, 7:] = cfg.pad_id                                              # padded source
     tgt = torch.randint(4, cfg.vocab_size, (3, 9))
-    with torch.no_grad(), attention_path(path):
+    with torch.no_grad():
         logits = ours(src, tgt)                                          # (B, T, V)
         src_x, tgt_x = ours.embed(src, ours.src_embed), ours.embed(tgt, ours.tgt_embed)
         pad = src == cfg.pad_id
@@ -160,12 +160,11 @@ def test_encoder_decoder_matches_torch_nn_transformer_with_the_same_weights(path
     (16, 16, 2, True, True)])
 def test_both_attention_paths_equal_handwritten_softmax_attention(d_k, d_v, n_kv, causal, masked, path):
     cfg = TransformerConfig(vocab_size=50, d_model=64, n_heads=4, d_k=d_k, d_v=d_v, n_kv_heads=n_kv, p_drop=0.0)
-    mha = Transformer(cfg).encoder.layers[0].self_attn.sublayer.eval()
+    mha = Transformer(cfg, kernel=path).encoder.layers[0].self_attn.sublayer.eval()
     x = torch.randn(2, 7, 64)
     mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :] if masked else None
     with torch.no_grad():
-        with attention_path(path):
-            out = mha(x, mask=mask, causal=causal)
+        out = mha(x, mask=mask, causal=causal)
         q, k, v = mha.qkv_proj(x).split(mha.splits, dim=-1)
         q, k, v = mha._heads(q, 4), mha._heads(k, n_kv), mha._heads(v, n_kv)
         k, v = k.repeat_interleave(4 // n_kv, dim=1), v.repeat_interleave(4 // n_kv, dim=1)
@@ -180,8 +179,7 @@ def test_attention_dropout_keeps_the_expectation_on_both_paths(path):
     torch.manual_seed(0)
     q = torch.zeros(64, 2, 8, 4)
     kv = torch.ones(64, 2, 32, 4)
-    with attention_path(path):
-        out = attend(q, kv, kv, None, False, 0.5)
+    out = attend(q, kv, kv, None, False, 0.5, kernel=path)
     assert out.std() > 0.1                                  # weights were dropped
     assert abs(out.mean().item() - 1.0) < 0.02              # and the kept ones rescaled
 
@@ -228,9 +226,10 @@ def test_auto_path_is_explicit_only_for_short_cpu_sequences(monkeypatch):
     attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), None,
            False, 0.0)
     assert calls == [1]
-    with pytest.raises(ValueError, match="attention path"):
-        with attention_path("flash"):
-            pass
+    with pytest.raises(ValueError, match="attention kernel"):
+        Transformer(small(), kernel="flash")
+    with pytest.raises(ValueError, match="attention kernel"):
+        attend(q, q, q, kernel="flash")
 
 
 VARIANTS = {
@@ -307,7 +306,7 @@ def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
     """StepGraph runs decode_step with the position as a device tensor, writing the cache there and attending
     to the whole buffer: what a captured graph replays. Eager here on a CPU: equal logits to the ordinary
     cached step at every position, also after a beam-style reorder of the caches between steps."""
-    from model.decode import StepGraph
+    from model.cuda_graph import StepGraph
     torch.manual_seed(0)
     model = Transformer(small(**VARIANTS[name])).eval()
     src = torch.randint(4, 40, (3, 7))
@@ -338,7 +337,7 @@ def test_the_static_step_decodes_under_bf16_autocast_as_the_cached_step_does():
     decoding has it): the static step stores them as the ordinary step does, and its logits agree to bf16
     rounding (a unit in the last place is 1/64 at these magnitudes, so outputs of this untrained model,
     whose top two logits sometimes tie, are not compared token by token)."""
-    from model.decode import StepGraph
+    from model.cuda_graph import StepGraph
     torch.manual_seed(0)
     model = Transformer(small(**VARIANTS["gqa"])).eval()
     src = torch.randint(4, 40, (4, 8))
@@ -411,7 +410,8 @@ GOLDEN_MEAN, GOLDEN_STD = 0.047786958515644073, 1.1008261442184448
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 @pytest.mark.parametrize("rows", [1, 4, 100])      # one row a block, blocks with a remainder, one block
 def test_fused_projection_and_loss_match_torch_and_gradcheck(eps, rows):
-    from model.loss import LinearCrossEntropy, smoothed_cross_entropy
+    from model.fused_loss import LinearCrossEntropy
+    from model.loss import smoothed_cross_entropy
     torch.manual_seed(1)
     h = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(13, 5, dtype=torch.float64, requires_grad=True)
@@ -431,16 +431,18 @@ def test_fused_projection_and_loss_match_torch_and_gradcheck(eps, rows):
 
 
 def test_model_loss_is_the_same_on_the_fused_and_plain_paths_under_autocast_too():
-    from model.loss import loss_path
     torch.manual_seed(0)
-    model = Transformer(small(p_drop=0.0))
+    weights = Transformer(small(p_drop=0.0)).state_dict()
     src, tgt = torch.randint(4, 40, (3, 6)), torch.randint(4, 40, (3, 8))
     tgt[0, 5:] = 0
+    models = {path: Transformer(small(p_drop=0.0), loss_impl=path) for path in ("fused", "plain")}
+    for model in models.values():
+        model.load_state_dict(weights)
     results = {}
     for amp in (False, True):
-        for path in ("fused", "plain"):
+        for path, model in models.items():
             model.zero_grad()
-            with loss_path(path), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                 loss, nll, n = model.loss(src, tgt[:, :-1], tgt[:, 1:], label_smoothing=0.1)
             loss.backward()
             results[amp, path] = (loss.detach(), nll, [p.grad.clone() for p in model.parameters()])
@@ -481,22 +483,21 @@ def test_a_packed_batch_gives_each_sentence_what_the_padded_batch_gives_it(name)
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_varlen_kernel_agrees_with_the_padded_layout_on_cuda():
-    from model.attention import Packed, attend_packed, attention_path
+    from model.kernels import Packed, attend_packed
     torch.manual_seed(0)
     lens = torch.tensor([5, 17, 1, 30], device="cuda")
     p = Packed.of(lens)
     q, k, v = (torch.randn(1, 4, int(lens.sum()), 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for causal in (False, True):
         fast = attend_packed(q, k, v, p, p, causal, 0.0, False)
-        with attention_path("explicit"):                                 # forces the padded layout
-            slow = attend_packed(q, k, v, p, p, causal, 0.0, False)
+        slow = attend_packed(q, k, v, p, p, causal, 0.0, False, kernel="explicit")   # the padded layout
         assert torch.allclose(fast.float(), slow.float(), atol=2e-2)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step():
-    from model.decode import StepGraph
+    from model.cuda_graph import StepGraph
     torch.manual_seed(0)
     model = Transformer(small(**VARIANTS["rope"])).cuda().eval()
     src = torch.randint(4, 40, (6, 9), device="cuda")
@@ -512,8 +513,8 @@ def test_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step():
 def test_the_varlen_adapter_speaks_each_version_of_the_kernel(monkeypatch, api):
     """`_varlen` passes causality and grouped K/V heads the way the installed varlen_attn takes them; here a
     written-out stand-in for the CUDA kernel, with either signature, against the padded layout."""
-    from model import attention
-    from model.attention import Packed, _varlen, attend_packed
+    from model import kernels
+    from model.kernels import Packed, _varlen, attend_packed
 
     def fake_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):        # (N, h, d) layouts, as the kernel
         causal = kwargs.pop("is_causal", False) if api.startswith("torch 2.10") else kwargs.pop("window_size") == (-1, 0)
@@ -525,8 +526,8 @@ def test_the_varlen_adapter_speaks_each_version_of_the_kernel(monkeypatch, api):
             outs.append(reference_attention(qi, ki, vi, causal=causal).transpose(0, 1))
         return torch.cat(outs)
 
-    monkeypatch.setattr(attention, "varlen_attn", fake_varlen)
-    monkeypatch.setattr(attention, "_VARLEN_ARGS", {"is_causal"} if api.startswith("torch 2.10")
+    monkeypatch.setattr(kernels, "varlen_attn", fake_varlen)
+    monkeypatch.setattr(kernels, "_VARLEN_ARGS", {"is_causal"} if api.startswith("torch 2.10")
                         else {"window_size", "enable_gqa"})
     torch.manual_seed(0)
     lens = torch.tensor([5, 9, 1, 7])
