@@ -70,13 +70,38 @@ class DecoderLayer(nn.Module):
         return self.ffn(x)
 
 
-class Stack(nn.Module):
-    """N identical layers; pre-norm stacks end with a norm, post-norm ones are already normalized."""
+class Encoder(nn.Module):
+    """N encoder layers (cfg.n_enc_layers); pre-norm stacks end with a norm, post-norm ones are already
+    normalized."""
 
-    def __init__(self, cfg: TransformerConfig, layer: type, n: int, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
         super().__init__()
-        self.layers = nn.ModuleList(layer(cfg, kernel) for _ in range(n))
+        self.layers = nn.ModuleList(EncoderLayer(cfg, kernel) for _ in range(cfg.n_enc_layers))
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
+        """x: the embedded source (B, S, d_model) -> the memory the decoder attends to (B, S, d_model)."""
+        for layer in self.layers:
+            x = layer(x, mask, packed)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (cfg.n_dec_layers), with the final norm of a pre-norm stack."""
+
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg, kernel) for _ in range(cfg.n_dec_layers))
+        self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
+                cache: list[tuple[KVCache, KVCache]] | None = None, offset: int | torch.Tensor = 0,
+                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+        """y: the embedded target prefix (B, T, d_model) -> (B, T, d_model). cache: one (self, cross) pair a
+        layer, for incremental decoding at position `offset`."""
+        for i, layer in enumerate(self.layers):
+            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
+        return self.final_norm(y)
 
 
 class Transformer(nn.Module):
@@ -94,8 +119,8 @@ class Transformer(nn.Module):
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.positions = PositionalEncoding(cfg)
         self.embed_drop = Dropout(cfg.p_drop)
-        self.encoder = Stack(cfg, EncoderLayer, cfg.n_enc_layers, kernel)
-        self.decoder = Stack(cfg, DecoderLayer, cfg.n_dec_layers, kernel)
+        self.encoder = Encoder(cfg, kernel)
+        self.decoder = Decoder(cfg, kernel)
         self.reset_parameters()
         if cfg.share_embeddings:
             self.out_proj.weight = self.src_embed.weight
@@ -131,27 +156,15 @@ class Transformer(nn.Module):
             return keep[:, None, None, :]
         return None if bool(keep.all()) else keep[:, None, None, :]
 
-    def run_encoder(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
-        for layer in self.encoder.layers:
-            x = layer(x, mask, packed)
-        return self.encoder.final_norm(x)
-
-    def run_decoder(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list | None = None, offset: int | torch.Tensor = 0,
-                    packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
-        for i, layer in enumerate(self.decoder.layers):
-            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
-        return self.decoder.final_norm(y)
-
     def encode(self, src: torch.Tensor, packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """packed: src is one row of sentences end to end (1, N) with this layout; no padding mask then."""
         mask = self.padding_mask(src) if packed is None else None
-        return self.run_encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
+        return self.encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         y = self.embed(tgt_in, self.tgt_embed, packed=packing[1] if packing is not None else None)
-        return self.run_decoder(y, memory, mask, packing=packing)
+        return self.decoder(y, memory, mask, packing=packing)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, vocab)."""
@@ -195,7 +208,7 @@ class Transformer(nn.Module):
         """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`; as a
         0-d device tensor, the step's shapes do not depend on it (see `model.cuda_graph.StepGraph`)."""
         y = self.embed(tokens[:, None], self.tgt_embed, offset)
-        return self.out_proj(self.run_decoder(y, memory, mask, cache, offset)[:, -1])
+        return self.out_proj(self.decoder(y, memory, mask, cache, offset)[:, -1])
 
 
 def count_parameters(model: nn.Module) -> int:
