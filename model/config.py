@@ -2,6 +2,8 @@
 
 Names follow the paper's columns (Vaswani et al. 2017, Table 3): n_layers (N), d_model, d_ff, n_heads (h),
 d_k, d_v, p_drop, positional. Training columns (label smoothing, steps, warmup) live in harness.train.TrainConfig.
+d_k, d_v, n_kv_heads and the per-side depths follow other fields unless set otherwise (`DERIVED`), in every
+way of making a config: the constructor, `replace` and `dataclasses.replace`.
 Presets are frozen data and are never edited: a test pins paper_base to the paper's base row.
 """
 
