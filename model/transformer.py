@@ -135,7 +135,9 @@ class Transformer(nn.Module):
                 nn.init.ones_(p)
             elif p.dim() == 2 and "embed" not in name and name != "positions.table":
                 nn.init.xavier_uniform_(p)
-        for emb in {self.src_embed, self.tgt_embed}:
+        # Source first, then target (once when shared): a fixed order, so that the draws are the same in every
+        # process (a set of the two modules would be ordered by their addresses).
+        for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):
             nn.init.normal_(emb.weight, std=self.cfg.d_model ** -0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()

@@ -173,3 +173,14 @@ def test_a_packed_batch_gives_each_sentence_what_the_padded_batch_gives_it(name)
     (l1, n1, g1), (l2, n2, g2) = losses
     assert n1 == n2 == 13 and torch.allclose(l1, l2, rtol=1e-5)
     assert all(torch.allclose(a, b, atol=1e-5 * max(1.0, b.abs().max().item())) for a, b in zip(g1, g2))
+
+
+def test_a_seed_gives_the_same_initial_weights_whatever_the_modules_addresses():
+    """Unshared source and target embeddings are drawn in a fixed order, not in that of their addresses."""
+    models = []
+    for _ in range(8):                            # all kept alive, so every model lives at other addresses
+        torch.manual_seed(0)
+        models.append(Transformer(small(share_embeddings=False)))
+    first = models[0].state_dict()
+    for model in models[1:]:
+        assert all(torch.equal(first[k], v) for k, v in model.state_dict().items())
