@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from model import Transformer, beam_search, get_preset, greedy
-from model.decode import StepGraph
+from model.cuda_graph import StepGraph
 
 from harness.bench.speed import PAD, _bench_preset, _sync, packed, synthetic_batch, training_step
 from harness.data.corpus import DataConfig
@@ -65,9 +65,9 @@ def _parity(device: torch.device) -> dict:
         padded_h = model.hidden(dev_batch[0], dev_batch[1])[dev_batch[2] != 0]
         packed_h = model.hidden(src, tgt_in, tuple(p.to(device) for p in packing))[0]
     out["packed_vs_padded_max_abs_diff"] = (packed_h.float() - padded_h.float()).abs().max().item()
-    from model import attention
-    out["varlen_kernel"] = attention.varlen_attn is not None and attention._varlen_failed is None and device.type == "cuda"
-    out["varlen_failure"] = attention._varlen_failed
+    from model import kernels
+    out["varlen_kernel"] = kernels.varlen_attn is not None and kernels._varlen_failed is None and device.type == "cuda"
+    out["varlen_failure"] = kernels._varlen_failed
     out.update(_decoding_parity(device))
     out["ok"] = (out["loss_rel_diff"] < 1e-4 and out["grad_max_abs_diff"] < 1e-3
                  and out["packed_vs_padded_max_abs_diff"] < 0.1 and out["graph_logits_max_abs_diff"] < 1e-3
