@@ -106,8 +106,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self.cross:                     # earlier positions' keys from the cache
             k, v, mask = cache.write(k, v, offset, mask)
             causal = causal and x.size(1) > 1                        # one query a step: no future key exists
-        p_drop = self.p_attn_drop if self.training else 0.0
-        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernel)   # head_1 .. head_h: (B, h, T, d_v)
+        p_drop, gqa = self.p_attn_drop if self.training else 0.0, self.n_kv_heads != self.n_heads
+        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernel, gqa)   # head_1 .. head_h: (B, h, T, d_v)
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_v))   # Concat(..) W^O
 

@@ -58,13 +58,14 @@ class Packed:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
            causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
-           kernel: Kernel = "auto") -> torch.Tensor:
+           kernel: Kernel = "auto", gqa: bool | None = None) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V for q (B, h, T, d_k), k (B, h_kv, S, d_k), v (B, h_kv, S, d_v) -> (B, h, T, d_v).
 
     mask: boolean, broadcast to (B, h, T, S), True where a key may be attended, or None. causal: query i sees
-    keys up to i. h_kv < h is grouped-query attention: each key/value head serves h / h_kv query heads.
+    keys up to i. h_kv < h is grouped-query attention: each key/value head serves h / h_kv query heads (gqa:
+    whether h_kv < h, None to read it from the shapes, which a traced graph cannot branch on).
     packed: the (queries, keys) layouts of a packed batch (B = 1, sentences end to end); mask is then unused."""
-    gqa = k.size(1) != q.size(1)
+    gqa = k.size(1) != q.size(1) if gqa is None else gqa
     if packed is not None:
         return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel)
     if kernel == "auto":
@@ -180,5 +181,5 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
         return out
     # Causal self-attention needs no key mask (right padding lies in every real query's future).
     mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
-    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernel)
+    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernel, gqa=gqa)
     return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)
