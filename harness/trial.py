@@ -113,12 +113,34 @@ def injected_fault(row: str) -> tuple[str, int] | None:
     return None
 
 
+def fault_hook(fault: tuple[str, int] | None, out: Path) -> tuple:
+    """The training hooks that inject `fault` (kind, step), or none: nan makes that step's loss NaN, oom
+    raises an out-of-memory error, crash ends the worker process once (a marker file lets a retry pass)."""
+    if fault is None:
+        return ()
+    kind, at = fault
+
+    def inject(step: int, loss_sum: torch.Tensor) -> torch.Tensor:
+        if step != at:
+            return loss_sum
+        if kind == "nan":
+            return loss_sum * float("nan")
+        if kind == "oom":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step})")
+        marker = out / f".crashed_at_{step}"
+        if kind == "crash" and not marker.exists():
+            marker.touch()
+            os._exit(17)                 # the worker dies without cleanup, as a killed process does
+        return loss_sum
+    return (inject,)
+
+
 def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
     model_cfg, train_cfg, data_cfg = trial.configs()
     if run.reopened:     # rows an earlier attempt wrote while the store was unreachable
         run.backfill(out_dir / "metrics.jsonl")
     metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step,
-                    fault=injected_fault(trial.row))
+                    hooks=fault_hook(injected_fault(trial.row), out_dir))
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
     from harness.probes.flops import count_analytic
