@@ -34,7 +34,7 @@ def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         rec = {"row": row, "paper_model": name, "status": status, "n_seeds": len(g), "n_finished": len(done),
                "data": text_of(src, "params.data.name"), **{c: param_of(src, k) for c, k in T2_ARCH.items()}}
         for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last"):
-            rec[f"{m}mean_of"], rec[f"{m}std_of"] = mean_of(done, m), std_of(done, m)
+            rec[f"{m}_mean"], rec[f"{m}_std"] = mean_of(done, m), std_of(done, m)
         # What averaging the last checkpoints bought over the last checkpoint alone, seed by seed.
         rec["averaging_gain_bleu_tok"] = (column(done, "metrics.test_bleu_tok")
                                           - column(done, "metrics.test_bleu_tok_last")).mean()

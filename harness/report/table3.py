@@ -48,7 +48,7 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
                     for col, key in ARCH_COLUMNS.items()})
         for name, key in METRICS.items():
             values = column(done, f"metrics.{key}").dropna()
-            rec[f"{name}mean_of"], rec[f"{name}std_of"] = values.mean(), values.std()  # NaN std for one seed
+            rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
             mean, low, _, _ = claims.interval(values)
             rec[f"{name}_ci"] = mean - low             # half-width of the 95 % t-interval; NaN for one seed
         rec["params_M"] = column(done, "metrics.params").mean() / 1e6
@@ -168,7 +168,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
         fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
         axes = fig.subplots(2, 1, sharex=True)
         for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
-            ax.bar(table["row"], table[f"{name}mean_of"].fillna(0), yerr=table[f"{name}std_of"].fillna(0), capsize=3)
+            ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
             ax.set_ylabel(label)
         axes[0].set_title(f"{study}: dev BLEU and PPL per row (ours)")
         return save_png(fig, path)
@@ -182,7 +182,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
         for i, (name, paper_col, label) in enumerate((("bleu_tok", "paper_bleu", "dev BLEU tok"),
                                                       ("ppl", "paper_ppl", "dev PPL"))):
             ax = axes[i, j]
-            ax.errorbar(x, sub[f"{name}mean_of"], yerr=sub[f"{name}std_of"].fillna(0), fmt="o-", color="C0",
+            ax.errorbar(x, sub[f"{name}_mean"], yerr=sub[f"{name}_std"].fillna(0), fmt="o-", color="C0",
                         capsize=3, label="ours")
             if paper_col in sub and sub[paper_col].notna().any():
                 twin = ax.twinx()
