@@ -9,11 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
-from .errors import UserError
+from harness.errors import UserError
 
 
 def _cmd_data_synth(args) -> int:
-    from .data.synth import write_corpus
+    from harness.data.synth import write_corpus
     def progress(split: str, done: int, total: int) -> None:
         print(f"{split}: {done:,}/{total:,} pairs", file=sys.stderr, flush=True)
     manifest = write_corpus(args.out, args.pairs, args.dev_pairs, args.test_pairs, args.seed,
@@ -24,7 +24,7 @@ def _cmd_data_synth(args) -> int:
 
 
 def _cmd_data_prepare(args) -> int:
-    from .data.wmt import prepare_wmt14_en_de
+    from harness.data.wmt import prepare_wmt14_en_de
     if args.corpus != "wmt14-en-de":
         raise UserError(f"unknown corpus {args.corpus!r}; `data prepare` knows: wmt14-en-de.")
     manifest = prepare_wmt14_en_de(args.from_dir, args.out)
@@ -35,14 +35,14 @@ def _cmd_data_prepare(args) -> int:
 def _cmd_train(args) -> int:
     from model import ConfigError, get_preset
 
-    from . import overrides
-    from .data.corpus import DataConfig
-    from .train import TRAIN_PRESETS, train
+    from harness import overrides
+    from harness.data.corpus import DataConfig
+    from harness.train import TRAIN_PRESETS, train
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
     if args.study:     # one row of a study as its trial would run it (the calibration runs of docs/calibration.md)
-        from .studyspec import load_study
+        from harness.study.spec import load_study
         if not args.row:
             raise UserError("--study needs --row: the study row to train (e.g. --row base).")
         trial = load_study(args.study, args.profile, [args.row], [args.seed]).trials[0]
@@ -73,17 +73,17 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .bench import run_bench
+    from harness.bench.speed import run_bench
     return run_bench(args)
 
 
 def _cmd_run(args) -> int:
-    from .study import run_study
+    from harness.study.runner import run_study
     return run_study(args)
 
 
 def _cmd_report(args) -> int:
-    from .report import report_all
+    from harness.report import report_all
     paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile)
     for p in paths:
         print(p)
@@ -91,32 +91,29 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_probe_flops(args) -> int:
-    from .probes.flops import main as flops_main
+    from harness.probes.flops import main as flops_main
     return flops_main(args.preset, args.batch_tokens, args.sentence_len, args.json)
 
 
 def _cmd_probe_evalb(args) -> int:
-    from .probes.evalb import main as evalb_main
+    from harness.eval.evalb import main as evalb_main
     return evalb_main(args.gold, args.test, args.json)
 
 
 def _cmd_probe_scaling(args) -> int:
-    from .probes.scaling import main as scaling_main
-    from .train import resolve_device
+    from harness.probes.scaling import main as scaling_main
+    from harness.train import resolve_device
     device = resolve_device(args.device)        # refuses unknown names and CUDA without a GPU
     return scaling_main(args.json, args.quick, str(device))
 
 
 def _cmd_probe_cost(args) -> int:
-    from .probes.cost import main as cost_main
+    from harness.probes.cost import main as cost_main
     return cost_main(args.json)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness",
-                                     description="Regenerate the tables of 'Attention Is All You Need'.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_data(sub) -> None:
+    """The `data` commands: synth, prepare."""
     data = sub.add_parser("data", help="make or prepare data").add_subparsers(dest="data_command", required=True)
     synth = data.add_parser("synth", help="write the made-up translation corpus (with gold parse trees)")
     synth.add_argument("--out", required=True, type=Path, help="directory to write")
@@ -133,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--json", action="store_true")
     prep.set_defaults(func=_cmd_data_prepare)
 
+
+def _add_train(sub) -> None:
+    """`train`: one model, from a preset or a study's row."""
     tr = sub.add_parser("train", help="train one model and evaluate it on the dev set")
     tr.add_argument("--preset", default="tiny", help="paper_base | paper_big | tiny | modern_base")
     tr.add_argument("--study", default=None, type=Path, help="start from a row of this study file instead of a preset")
@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--quiet", action="store_true", help="no progress lines")
     tr.set_defaults(func=_cmd_train)
 
+
+def _add_run(sub) -> None:
+    """`run`: a study on Ray Tune."""
     run = sub.add_parser("run", help="run a study (a paper table) as a Ray Tune grid, tracked in MLflow")
     run.add_argument("study", type=Path, help="a study file, e.g. studies/table3.yaml")
     run.add_argument("--profile", default=None, help="paper | tiny | ... (default: tiny when the study has it)")
@@ -159,12 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")
     run.set_defaults(func=_cmd_run)
 
+
+def _add_report(sub) -> None:
+    """`report`: reports/ from MLflow."""
     rep = sub.add_parser("report", help="write reports/ (Markdown, CSV, plots) from the runs in MLflow")
     rep.add_argument("--study", default=None, help="one study (default: every study in the store)")
     rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
     rep.add_argument("--out", default=Path("reports"), type=Path)
     rep.set_defaults(func=_cmd_report)
 
+
+def _add_probes(sub) -> None:
+    """The `probe` commands: flops, scaling, cost, evalb."""
     probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
     probes = probe.add_subparsers(dest="probe_command", required=True)
     fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
@@ -190,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_cmd_probe_evalb)
 
+
+def _add_bench(sub) -> None:
+    """`bench`: training steps and decoding timed."""
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="tiny", help="a preset, or several separated by commas "
                     "(GPU check: tiny,paper_base,paper_big --compile)")
@@ -207,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sentences decoded at once (0: 256 on GPU, a batch that occupies it; 8 on CPU)")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness",
+                                     description="Regenerate the tables of 'Attention Is All You Need'.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_data, _add_train, _add_run, _add_report, _add_probes, _add_bench):
+        add(sub)
     return parser
 
 

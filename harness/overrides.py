@@ -6,7 +6,6 @@ parsed as YAML scalars and checked against the field's type; unknown keys get a 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -15,9 +14,9 @@ import yaml
 
 from model import ConfigError, TransformerConfig
 
-from .data.corpus import DataConfig
-from .errors import UserError
-from .train import TrainConfig
+from harness.data.corpus import DataConfig
+from harness.errors import UserError, suggest
+from harness.train import TrainConfig
 
 SECTIONS: dict[str, type] = {"model": TransformerConfig, "train": TrainConfig, "data": DataConfig}
 
@@ -62,8 +61,7 @@ def resolve_key(key: str) -> tuple[str, str]:
         if section not in SECTIONS:
             raise UserError(f"unknown setting section {section!r} in {key!r}; use one of {', '.join(SECTIONS)}.")
         if name not in _fields(SECTIONS[section]):
-            close = difflib.get_close_matches(name, _fields(SECTIONS[section]), n=1)
-            hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+            hint = suggest(name, _fields(SECTIONS[section]), prefix=f"{section}.")
             raise UserError(f"unknown setting {key!r}{hint}; {section} settings are: "
                             f"{', '.join(_fields(SECTIONS[section]))}.")
         return section, name
@@ -72,8 +70,7 @@ def resolve_key(key: str) -> tuple[str, str]:
         raise UserError(f"setting {key!r} exists in {' and '.join(owners)}; qualify it, e.g. {owners[0]}.{key}.")
     if not owners:
         every = [n for cls in SECTIONS.values() for n in _fields(cls)]
-        close = difflib.get_close_matches(key, every, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = suggest(key, every)
         raise UserError(f"unknown setting {key!r}{hint}; see `python -m harness train --help` for the settings.")
     return owners[0], key
 

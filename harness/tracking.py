@@ -19,7 +19,7 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from .errors import UserError
+from harness.errors import UserError
 
 PARENT_KIND, CHILD_KIND = "study", "trial"
 _SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "databricks")

@@ -3,17 +3,50 @@ nothing of Ray: it takes the resolved trial and where to log, and returns its fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .studyspec import Trial
-from .tracking import TrialRun, flatten
-from .train import train
+from model import TransformerConfig
+
+from harness.data.corpus import DataConfig
+from harness.tracking import TrialRun, flatten
+from harness.train import TrainConfig, train
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One row x seed of a study, resolved: the model, train and data settings it runs with (or, for a
+    scaling row, the probe's settings). Built by harness/study/spec.py; its key and config hash are what
+    MLflow records and --resume matches."""
+    row: str
+    seed: int
+    model: dict
+    train: dict
+    data: dict
+    kind: str = "train"
+    probe: dict = field(default_factory=dict)    # kind scaling: a ScalingSpec as a dict
+
+    @property
+    def key(self) -> str:
+        return f"{self.row}-s{self.seed}"
+
+    @property
+    def config_hash(self) -> str:
+        config = {"model": self.model, "train": self.train, "data": self.data}
+        if self.kind != "train":
+            config = {"kind": self.kind, "probe": self.probe, "seed": self.seed}
+        blob = json.dumps(config, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def configs(self) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+        return TransformerConfig(**self.model), TrainConfig(**self.train), DataConfig(**self.data)
 
 
 def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
@@ -42,12 +75,10 @@ def run_trial(spec: dict, ctx: dict) -> dict:
     out_dir = Path(ctx["run_dir"]) / trial.key
     tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
             "trial_kind": trial.kind}
-    params = {"probe": trial.probe} if trial.kind == "scaling" else \
-        {"model": trial.model, "train": trial.train, "data": trial.data}
-    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params))
+    params_of, body = KINDS[trial.kind]
+    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params_of(trial)))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "worker.pid").write_text(f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
-    body = _scaling_trial if trial.kind == "scaling" else _training_trial
     try:
         metrics, summary = body(trial, out_dir, run)
     except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
@@ -82,22 +113,44 @@ def injected_fault(row: str) -> tuple[str, int] | None:
     return None
 
 
+def fault_hook(fault: tuple[str, int] | None, out: Path) -> tuple:
+    """The training hooks that inject `fault` (kind, step), or none: nan makes that step's loss NaN, oom
+    raises an out-of-memory error, crash ends the worker process once (a marker file lets a retry pass)."""
+    if fault is None:
+        return ()
+    kind, at = fault
+
+    def inject(step: int, loss_sum: torch.Tensor) -> torch.Tensor:
+        if step != at:
+            return loss_sum
+        if kind == "nan":
+            return loss_sum * float("nan")
+        if kind == "oom":
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step})")
+        marker = out / f".crashed_at_{step}"
+        if kind == "crash" and not marker.exists():
+            marker.touch()
+            os._exit(17)                 # the worker dies without cleanup, as a killed process does
+        return loss_sum
+    return (inject,)
+
+
 def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
     model_cfg, train_cfg, data_cfg = trial.configs()
     if run.reopened:     # rows an earlier attempt wrote while the store was unreachable
         run.backfill(out_dir / "metrics.jsonl")
     metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step,
-                    fault=injected_fault(trial.row))
+                    hooks=fault_hook(injected_fault(trial.row), out_dir))
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
-    from .probes.flops import count_analytic
+    from harness.probes.flops import count_analytic
     per_token = count_analytic(model_cfg.replace(vocab_size=metrics["vocab_size"]), 1,
                                max(1, round(metrics["mean_src_len"])),
                                max(1, round(metrics["mean_tgt_len"])))["flops_per_target_token"]
     metrics.update({"flops_per_target_token": per_token, "train_flops": per_token * metrics["tokens_seen"]})
     # The yardstick for Table 2's cost column computed the paper's way (time x devices x a sustained rate):
     # this device's own large-matmul rate, in the dtype training ran in, with the trial's threads.
-    from .bench import matmul_peak
+    from harness.bench.speed import matmul_peak
     device = torch.device(metrics["device"])
     dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
     metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
@@ -115,7 +168,7 @@ def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, s
 def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
     """One layer of Table 1: each timed point goes to MLflow as it is measured (step = n or d), then the
     fitted exponents, sequential operations and path lengths; the whole result as scaling.json."""
-    from .probes.scaling import ScalingSpec, measure_layer
+    from harness.probes.scaling import ScalingSpec, measure_layer
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_point(row: dict) -> None:
@@ -145,3 +198,9 @@ def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, st
     run.log_artifacts([out_dir / "scaling.json"])
     summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
     return metrics, summary
+
+
+# What a trial of each study kind logs as its params and runs as its body (the study file's side of a kind
+# is harness/study/spec.py's LOADERS, the runner's harness/study/kinds.py).
+KINDS = {"train": (lambda t: {"model": t.model, "train": t.train, "data": t.data}, _training_trial),
+         "scaling": (lambda t: {"probe": t.probe}, _scaling_trial)}

@@ -2,12 +2,13 @@
 
 Names follow the paper's columns (Vaswani et al. 2017, Table 3): n_layers (N), d_model, d_ff, n_heads (h),
 d_k, d_v, p_drop, positional. Training columns (label smoothing, steps, warmup) live in harness.train.TrainConfig.
+d_k, d_v, n_kv_heads and the per-side depths follow other fields unless set otherwise (`DERIVED`), in every
+way of making a config: the constructor, `replace` and `dataclasses.replace`.
 Presets are frozen data and are never edited: a test pins paper_base to the paper's base row.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -47,43 +48,34 @@ class TransformerConfig:
     pad_id: int = 0
 
     def __post_init__(self) -> None:
-        # Resolve the derived defaults once, so that everything downstream sees concrete numbers.
-        if self.d_k is None:
-            object.__setattr__(self, "d_k", self._per_head("d_k"))
-        if self.d_v is None:
-            object.__setattr__(self, "d_v", self._per_head("d_v"))
-        if self.n_kv_heads is None:
-            object.__setattr__(self, "n_kv_heads", self.n_heads)
-        if self.n_enc_layers is None:
-            object.__setattr__(self, "n_enc_layers", self.n_layers)
-        if self.n_dec_layers is None:
-            object.__setattr__(self, "n_dec_layers", self.n_layers)
+        # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
+        # to it; they are stored as `Derived`, so a copy with other sources works them out again.
+        self._check_integers(("vocab_size", "d_model", "d_ff", "n_heads", "n_layers", "max_len"))
+        for name, follows in DERIVED.items():
+            value, rule = getattr(self, name), follows(self)
+            if value is None or isinstance(value, Derived) or (type(value) is int and value == rule):
+                if rule is None:
+                    raise ConfigError(
+                        f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}, so {name} cannot "
+                        f"default to d_model / n_heads; set {name} explicitly or choose n_heads dividing d_model.")
+                object.__setattr__(self, name, Derived(rule))
         self._validate()
 
-    def _per_head(self, name: str) -> int:
-        if self.n_heads < 1:
-            raise ConfigError(f"n_heads must be a positive integer, got {self.n_heads}.")
-        if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}, so {name} cannot default "
-                f"to d_model / n_heads; set {name} explicitly or choose n_heads dividing d_model.")
-        return self.d_model // self.n_heads
-
-    def _validate(self) -> None:
-        for name in ("vocab_size", "d_model", "d_ff", "n_heads", "d_k", "d_v", "n_kv_heads",
-                     "n_layers", "n_enc_layers", "n_dec_layers", "max_len"):
+    def _check_integers(self, names: tuple[str, ...]) -> None:
+        for name in names:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+
+    def _validate(self) -> None:
+        self._check_integers(tuple(DERIVED))
         for name in ("p_drop", "p_attn_drop"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
         for name, literal in (("positional", Positional), ("norm_position", NormPosition),
                               ("norm", Norm), ("ffn", FFN)):
-            allowed = get_args(literal)
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}.")
+            check_choice(name, getattr(self, name), literal)
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
                               "(each key/value head serves a whole group of query heads).")
@@ -95,29 +87,42 @@ class TransformerConfig:
             raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
 
     def replace(self, **overrides) -> "TransformerConfig":
-        """A new config with some fields changed. Derived fields (d_k, d_v, n_kv_heads, per-side depths) are
-        re-derived unless given, so `paper_base.replace(n_heads=16)` gives d_k = 32 as in Table 3 row A."""
+        """A new config with some fields changed, as `dataclasses.replace` gives it, but refusing unknown names.
+        Derived fields follow their sources unless given, so `paper_base.replace(n_heads=16)` gives d_k = 32 as
+        in Table 3 row A, and `replace(paper_base, n_layers=2)` gives 2 layers a side."""
         unknown = sorted(set(overrides) - set(field_names()))
         if unknown:
             raise ConfigError(unknown_field_message(unknown[0]))
-        values = {f: getattr(self, f) for f in field_names()}
-        for derived, source in (("d_k", ("d_model", "n_heads")), ("d_v", ("d_model", "n_heads")),
-                                ("n_kv_heads", ("n_heads",)), ("n_enc_layers", ("n_layers",)),
-                                ("n_dec_layers", ("n_layers",))):
-            if derived not in overrides and any(s in overrides for s in source) \
-                    and values[derived] == _derived_default(self, derived):
-                values[derived] = None
-        values.update(overrides)
-        return TransformerConfig(**values)
+        return dataclasses.replace(self, **overrides)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field with its resolved value, as plain data (derived fields as plain ints)."""
+        return {k: int(v) if isinstance(v, Derived) else v for k, v in dataclasses.asdict(self).items()}
 
 
-def _derived_default(cfg: TransformerConfig, name: str) -> int:
-    """What a derived field would be if it had been left unset (to tell 'derived' from 'set by hand')."""
-    return {"d_k": cfg.d_model // cfg.n_heads, "d_v": cfg.d_model // cfg.n_heads, "n_kv_heads": cfg.n_heads,
-            "n_enc_layers": cfg.n_layers, "n_dec_layers": cfg.n_layers}[name]
+class Derived(int):
+    """The value of a derived field (d_k = d_model / h, n_kv_heads = h, per-side depth = N): it reads as an int,
+    and marks the field as following its rule, so that a copy with new sources works it out again."""
+
+    __slots__ = ()
+
+
+# Each derived field and its rule (None where the rule gives no integer).
+DERIVED = {
+    "d_k": lambda c: c.d_model // c.n_heads if c.d_model % c.n_heads == 0 else None,    # §3.2.2
+    "d_v": lambda c: c.d_model // c.n_heads if c.d_model % c.n_heads == 0 else None,
+    "n_kv_heads": lambda c: c.n_heads,
+    "n_enc_layers": lambda c: c.n_layers,
+    "n_dec_layers": lambda c: c.n_layers,
+}
+
+
+def check_choice(what: str, value, literal) -> str:
+    """value if it is one of the Literal's options, else a ConfigError naming them."""
+    allowed = get_args(literal)
+    if value not in allowed:
+        raise ConfigError(f"{what} must be one of {', '.join(allowed)}, got {value!r}.")
+    return value
 
 
 def field_names() -> list[str]:
@@ -159,21 +164,3 @@ def get_preset(name: str) -> TransformerConfig:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown preset {name!r}{hint}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name]
-
-
-class Switch:
-    """A module-wide choice between implementations of the same arithmetic ("auto" lets the code choose),
-    set for a block with `use`: tests hold every implementation to the reference, benches time each."""
-
-    def __init__(self, what: str, options: tuple[str, ...]):
-        self.what, self.options, self.value = what, options, "auto"
-
-    @contextlib.contextmanager
-    def use(self, value: str):
-        if value not in self.options:
-            raise ValueError(f"{self.what} {value!r} is not one of {', '.join(self.options)}.")
-        old, self.value = self.value, value
-        try:
-            yield
-        finally:
-            self.value = old

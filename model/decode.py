@@ -5,74 +5,15 @@ Both take a padded source batch (B, S) and return, per sentence, the generated t
 `use_cache=False` recomputes the whole decoder prefix at every step: the slow reference for tests and
 for the benchmark's cache speed-up.
 
-On a GPU a cached step is small work in many small kernels, so launching them costs more than running
-them; there each step is the replay of one captured CUDA graph (`StepGraph`).
+On a GPU each cached step is the replay of one captured CUDA graph (`model.cuda_graph.StepGraph`).
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from .attention import KVCache
+from .cuda_graph import StepGraph
 from .transformer import Transformer
-
-
-class StepGraph:
-    """`Transformer.decode_step` with fixed shapes, captured once as a CUDA graph and replayed per step.
-
-    Its inputs live in static buffers: the previous tokens, and the position as a 0-d device tensor, so
-    that the graph is the same at every step (the self-attention caches are written at that position and
-    attended whole, masked past it). Beam search reorders the caches in place between replays. On a CPU,
-    or if capture fails (then with a warning), the same static step runs eagerly: the tests check it there
-    against the ordinary cached step."""
-
-    def __init__(self, model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None,
-                 cache: list[tuple[KVCache, KVCache]], capture: bool = True):
-        self.model, self.memory, self.mask, self.cache = model, memory, mask, cache
-        device = memory.device
-        self.tokens = torch.zeros(memory.size(0), dtype=torch.long, device=device)
-        self.offset = torch.zeros((), dtype=torch.long, device=device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.logits = self._run()                # fills the cross-attention caches, which the graph then reads
-        if capture and device.type == "cuda":
-            self._capture()
-
-    def _run(self) -> torch.Tensor:
-        return self.model.decode_step(self.tokens, self.memory, self.mask, self.cache, self.offset)
-
-    def _capture(self) -> None:
-        # Autocast must not cache its casts across a capture (they would be freed under the graph): each
-        # replay casts again, inside the graph.
-        autocast = torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"),
-                                  enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False)
-        try:
-            side = torch.cuda.Stream(self.memory.device)
-            side.wait_stream(torch.cuda.current_stream(self.memory.device))
-            with torch.cuda.stream(side), autocast:                       # warm-up off the capturing stream
-                for _ in range(2):
-                    self._run()
-            torch.cuda.current_stream(self.memory.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: the trainer's prefetch thread may pin host memory meanwhile, which is no error.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:
-                logits = self._run()
-        except RuntimeError as err:                                       # eager steps still give the answer
-            warnings.warn(f"decoding without CUDA graphs: capture failed ({err})", stacklevel=3)
-            return
-        self.graph, self.logits = graph, logits
-
-    def __call__(self, tokens: torch.Tensor, step: int) -> torch.Tensor:
-        """Logits (rows, vocab) after tokens (rows,) at position `step`; valid until the next call."""
-        self.tokens.copy_(tokens)
-        self.offset.fill_(step)
-        for self_cache, _ in self.cache:
-            self_cache.length = step + 1                                  # what beam search reorders
-        if self.graph is None:
-            return self._run()
-        self.graph.replay()
-        return self.logits
 
 
 def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None, rows: int, steps: int,
@@ -85,7 +26,7 @@ def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None
     cache = model.new_cache(rows, steps, memory)
     if graph or (graph is None and memory.device.type == "cuda"):
         step = StepGraph(model, memory, mask, cache)
-        return cache, lambda tokens, t: step(tokens[:, -1], t)
+        return step.cache, lambda tokens, t: step(tokens[:, -1], t)
     return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t)
 
 

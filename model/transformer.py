@@ -2,6 +2,9 @@
 
 Post-norm by default, as the paper: each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
 norm_position=pre gives x + Dropout(Sublayer(Norm(x))) with one final norm per stack.
+
+`Transformer(cfg, kernel=..., loss_impl=...)` chooses, once, the attention kernel (model/kernels.py) and the
+loss implementation (model/loss.py); both compute the same arithmetic, and "auto" picks by device.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ import torch
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, Packed
-from .config import TransformerConfig
+from .config import TransformerConfig, check_choice
+from .kernels import Kernel
 from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
-from .loss import vocab_loss
+from .loss import LossImpl, vocab_loss
 
 
 class Residual(nn.Module):
@@ -32,9 +36,11 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """§3.1: self-attention, then the feed-forward network, each inside a `Residual`."""
+
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
         super().__init__()
-        self.self_attn = Residual(cfg, MultiHeadAttention(cfg))
+        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernel=kernel))
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
@@ -42,10 +48,12 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """§3.1: causal self-attention, attention over the encoder's output, then the feed-forward network."""
+
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
         super().__init__()
-        self.self_attn = Residual(cfg, MultiHeadAttention(cfg))
-        self.cross_attn = Residual(cfg, MultiHeadAttention(cfg, cross=True))
+        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernel=kernel))
+        self.cross_attn = Residual(cfg, MultiHeadAttention(cfg, cross=True, kernel=kernel))
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
@@ -62,19 +70,48 @@ class DecoderLayer(nn.Module):
         return self.ffn(x)
 
 
-class Stack(nn.Module):
-    """N identical layers; pre-norm stacks end with a norm, post-norm ones are already normalized."""
+class Encoder(nn.Module):
+    """N encoder layers (cfg.n_enc_layers); pre-norm stacks end with a norm, post-norm ones are already
+    normalized."""
 
-    def __init__(self, cfg: TransformerConfig, layer: type, n: int):
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
         super().__init__()
-        self.layers = nn.ModuleList(layer(cfg) for _ in range(n))
+        self.layers = nn.ModuleList(EncoderLayer(cfg, kernel) for _ in range(cfg.n_enc_layers))
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
+        """x: the embedded source (B, S, d_model) -> the memory the decoder attends to (B, S, d_model)."""
+        for layer in self.layers:
+            x = layer(x, mask, packed)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (cfg.n_dec_layers), with the final norm of a pre-norm stack."""
+
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg, kernel) for _ in range(cfg.n_dec_layers))
+        self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
+                cache: list[tuple[KVCache, KVCache]] | None = None, offset: int | torch.Tensor = 0,
+                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+        """y: the embedded target prefix (B, T, d_model) -> (B, T, d_model). cache: one (self, cross) pair a
+        layer, for incremental decoding at position `offset`."""
+        for i, layer in enumerate(self.layers):
+            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
+        return self.final_norm(y)
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """Figure 1. kernel: the attention kernel of every layer (model/kernels.py); loss_impl: how `loss` computes
+    the vocabulary projection and loss (model/loss.py)."""
+
+    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto", loss_impl: LossImpl = "auto"):
         super().__init__()
         self.cfg = cfg
+        self.loss_impl = check_choice("loss_impl", loss_impl, LossImpl)
         # §3.4: one weight matrix for both embeddings and the pre-softmax projection when shared.
         self.src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else \
@@ -82,8 +119,8 @@ class Transformer(nn.Module):
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.positions = PositionalEncoding(cfg)
         self.embed_drop = Dropout(cfg.p_drop)
-        self.encoder = Stack(cfg, EncoderLayer, cfg.n_enc_layers)
-        self.decoder = Stack(cfg, DecoderLayer, cfg.n_dec_layers)
+        self.encoder = Encoder(cfg, kernel)
+        self.decoder = Decoder(cfg, kernel)
         self.reset_parameters()
         if cfg.share_embeddings:
             self.out_proj.weight = self.src_embed.weight
@@ -98,7 +135,9 @@ class Transformer(nn.Module):
                 nn.init.ones_(p)
             elif p.dim() == 2 and "embed" not in name and name != "positions.table":
                 nn.init.xavier_uniform_(p)
-        for emb in {self.src_embed, self.tgt_embed}:
+        # Source first, then target (once when shared): a fixed order, so that the draws are the same in every
+        # process (a set of the two modules would be ordered by their addresses).
+        for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):
             nn.init.normal_(emb.weight, std=self.cfg.d_model ** -0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()
@@ -109,8 +148,7 @@ class Transformer(nn.Module):
               packed: Packed | None = None) -> torch.Tensor:
         """offset: the first position, or a 0-d tensor on the device for one token (a captured step)."""
         x = table(tokens) * self.cfg.d_model ** 0.5                         # (B, T, d_model)
-        positions = packed.pos if packed is not None else offset.view(1) if torch.is_tensor(offset) else None
-        return self.embed_drop(self.positions(x, offset, positions))
+        return self.embed_drop(self.positions(x, offset, packed.pos if packed is not None else None))
 
     def padding_mask(self, src: torch.Tensor) -> torch.Tensor | None:
         """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path).
@@ -120,27 +158,15 @@ class Transformer(nn.Module):
             return keep[:, None, None, :]
         return None if bool(keep.all()) else keep[:, None, None, :]
 
-    def run_encoder(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
-        for layer in self.encoder.layers:
-            x = layer(x, mask, packed)
-        return self.encoder.final_norm(x)
-
-    def run_decoder(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list | None = None, offset: int | torch.Tensor = 0,
-                    packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
-        for i, layer in enumerate(self.decoder.layers):
-            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
-        return self.decoder.final_norm(y)
-
     def encode(self, src: torch.Tensor, packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """packed: src is one row of sentences end to end (1, N) with this layout; no padding mask then."""
         mask = self.padding_mask(src) if packed is None else None
-        return self.run_encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
+        return self.encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
         y = self.embed(tgt_in, self.tgt_embed, packed=packing[1] if packing is not None else None)
-        return self.run_decoder(y, memory, mask, packing=packing)
+        return self.decoder(y, memory, mask, packing=packing)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, vocab)."""
@@ -163,12 +189,14 @@ class Transformer(nn.Module):
 
         Logits are built only for real (non-pad) target positions: with token batches about a tenth of the
         rows are padding, and the vocabulary projection is the largest matmul of the step. The projection
-        and the loss run together (model/loss.py), so the (N, vocab) logits are never held whole."""
+        and the loss run together (model/fused_loss.py, unless loss_impl="plain"), so the (N, vocab) logits
+        are never held whole."""
         if hidden is None:
             hidden = self.hidden(src, tgt_in, packing)                      # (B, T, d_model)
         keep = tgt_out != self.cfg.pad_id
         target = tgt_out[keep]
-        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing)   # out_proj: no bias
+        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing,
+                               self.loss_impl)                             # out_proj has no bias
         return loss, nll.detach(), int(target.numel())
 
     # --- incremental decoding ---
@@ -180,9 +208,9 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                     cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor) -> torch.Tensor:
         """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`; as a
-        0-d device tensor, the step's shapes do not depend on it (see `model.decode.StepGraph`)."""
+        0-d device tensor, the step's shapes do not depend on it (see `model.cuda_graph.StepGraph`)."""
         y = self.embed(tokens[:, None], self.tgt_embed, offset)
-        return self.out_proj(self.run_decoder(y, memory, mask, cache, offset)[:, -1])
+        return self.out_proj(self.decoder(y, memory, mask, cache, offset)[:, -1])
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,12 +1,12 @@
-"""The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/claims.py)."""
+"""The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/report/claims.py)."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from harness import claims
-from harness.claims import Claim, interval, verdict
+from harness.report import claims
+from harness.report.claims import Claim, interval, verdict
 from harness.paper import load_tables
 
 

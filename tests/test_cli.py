@@ -118,7 +118,7 @@ def test_bench_times_the_packed_core_on_varied_lengths_and_counts_only_real_toke
     assert code == 0
     t = json.loads(out)["training"]
     assert t["core (packed)"]["tgt_tokens_per_s"] > 0 and t["speedup_packed_over_peer"] > 0
-    from harness.bench import synthetic_batch
+    from harness.bench.speed import synthetic_batch
     from harness.probes.flops import count_analytic
     from model import get_preset
     src, _, tgt_out = synthetic_batch(256 // 25, 25, get_preset("tiny").vocab_size, "cpu", vary=True)

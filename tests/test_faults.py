@@ -191,7 +191,7 @@ def test_injected_nan_fails_its_row_after_the_retries_the_others_finish(tmp_path
 
 
 def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
-    from harness.studyspec import load_study
+    from harness.study.spec import load_study
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
     trial = load_study(_study(tmp_path, steps=10), "tiny", rows=["base"]).trials[0]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness import gpu_check
+from harness.bench import gpu_check
 
 
 @pytest.mark.slow

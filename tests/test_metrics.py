@@ -6,7 +6,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from harness.errors import UserError
-from harness.metrics import (copy_baseline_bleu, moses_tokenize, multi_bleu, paper_tokenize,
+from harness.eval.bleu import (copy_baseline_bleu, moses_tokenize, multi_bleu, paper_tokenize,
                              replace_unicode_punctuation, sacre_bleu, split_compounds, tokenized_bleu)
 
 # ------------------------------------------------------------------------------------------------ sacreBLEU

@@ -4,9 +4,10 @@ import pytest
 
 from harness.data.corpus import DataConfig, load_dataset
 from harness.errors import UserError
-from harness.probes.evalb import score_trees
-from harness.probes.parsing import clean_tree, parse_scores, prepare_parse_corpus, sentence_words, well_formed
-from harness.probes.trees import linearize, parse_tree
+from harness.eval.evalb import score_trees
+from harness.data.parse import clean_tree, prepare_parse_corpus, sentence_words
+from harness.eval.parse import TreeConstraint, parse_scores, well_formed
+from harness.data.trees import linearize, parse_tree
 
 PTB = ("( (S (NP-SBJ-1 (DT The) (NN dog)) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1)) "
        "(PP-LOC (IN in) (NP (DT the) (NN park))))) (. .)) )")
@@ -114,7 +115,6 @@ def test_tree_constraint_makes_every_beam_output_a_tree():
     sentence's words, and no source-word piece is ever emitted; without it, they are not."""
     import torch
     from model import Transformer, TransformerConfig, beam_search
-    from harness.probes.parsing import TreeConstraint, well_formed
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP", "\u2581(VP",
               "\u2581)VP", "\u2581XX", "\u2581the", "\u2581dog", "s", "\u2581barks", "\u2581("]
@@ -139,7 +139,6 @@ def test_tree_constraint_makes_every_beam_output_a_tree():
 
 def test_tree_constraint_rules_step_by_step():
     import torch
-    from harness.probes.parsing import TreeConstraint
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "(S", ")S", "(NP", ")NP", "XX", "dog"]
     c = TreeConstraint(pieces, 3, [1], 1, "cpu")

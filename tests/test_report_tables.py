@@ -1,6 +1,7 @@
-"""harness.report_tables: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
+"""harness.report.table1, table2 and table4: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
 the runner's schema (one parent run per invocation, one child run per trial), one FAILED trial each."""
 
+import json
 import math
 
 import pandas as pd
@@ -9,9 +10,8 @@ from matplotlib.image import imread
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from harness.paper import load_tables
+from harness.paper import load_tables, table1_columns
 from harness.probes.cost import training_costs
-from harness.probes.scaling import PAPER
 from harness.report import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -45,7 +45,9 @@ def start(client: MlflowClient, study: str, rows: str) -> tuple[str, str]:
     parent = client.create_run(exp, start_time=T0, tags={
         "study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "False", "kind": "study",
         "hardware": "2 CPU cores (test)", "command": f"python -m harness run studies/{study}.yaml --profile tiny",
-        "started": "2025-02-03T04:05:06", "table": study}).info.run_id
+        "started": "2025-02-03T04:05:06", "table": study,
+        # what the runner keeps in a Table 2 parent run (harness.study.runner.paper_tags)
+        **({"paper_costs": json.dumps(training_costs())} if study == "table2" else {})}).info.run_id
     client.log_batch(parent, params=[Param("rows", rows), Param("seeds", "0")])
     return exp, parent
 
@@ -191,7 +193,7 @@ def test_table1_theory_beside_measurement(reports):
     text, table = md(out, "table1"), csv(out, "table1")
     assert table["row"].tolist() == list(T1)                       # the study file's order
     for layer in ("sdpa", "plain", "restricted", "rnn_torch", "conv", "conv_separable", "conv_dilated"):
-        ln, p = line(text, f"| **{layer}** |"), PAPER[layer]
+        ln, p = line(text, f"| **{layer}** |"), table1_columns()[layer]
         en, enb, ed, edb, over = T1[layer]
         assert f"| {p['row']} | {p['complexity']} | {p['exp_n']:g} | {en:.2f} | {enb:.2f} | {p['exp_d']:g} |" in ln
         assert f"| {p['seq']} |" in ln and f"| {p['path']} | {over['path'][-1]} | {over['path'][-1]} (n=17) |" in ln

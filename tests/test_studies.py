@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.paper import load_tables
-from harness.studyspec import load_study
+from harness.study.spec import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -122,7 +122,7 @@ def test_malformed_probe_study_is_refused(case, tmp_path, capsys):
 
 
 def test_scaling_study_resolves_one_trial_per_layer():
-    from harness.probes.scaling import LAYERS
+    from harness.probes.scaling_spec import LAYERS
     study = load_study(ROOT / "studies" / "table1.yaml", "tiny")
     assert study.kind == "scaling" and {t.probe["layer"] for t in study.trials} == set(LAYERS)
     assert all(t.probe["device"] == "cpu" and t.probe["threads"] == 1 for t in study.trials)
@@ -135,6 +135,47 @@ def test_profiles_name_their_default_seeds():
     assert load_study(modern, "tiny", seeds=[5]).seeds == [5]
     assert load_study(modern, "paper").seeds == [0]
     assert load_study(ROOT / "studies" / "table3.yaml", "tiny").seeds == [0]
+
+
+def test_a_profile_includes_another_study_files_profile_and_lays_its_own_settings_over_it(tmp_path):
+    base = (ROOT / "studies" / "table3.yaml").read_text()
+    (tmp_path / "table3.yaml").write_text(base)
+    (tmp_path / "mine.yaml").write_text(
+        "study: mine\nversion: 1\nbase: {preset: paper_base}\nrows: {base: {}, C1: {n_layers: 1}}\n"
+        "profiles:\n  tiny:\n    include: table3.yaml:tiny\n    scale: {steps: 0.01}\n"
+        "    train: {bleu_sentences: 7}\n    seeds: [3, 4]\n")
+    mine, theirs = load_study(tmp_path / "mine.yaml", "tiny"), load_study(ROOT / "studies" / "table3.yaml", "tiny")
+    (t,), (ref,) = [x for x in mine.trials if x.key == "base-s3"], [x for x in theirs.trials if x.key == "base-s0"]
+    assert mine.seeds == [3, 4] and mine.resources["cpu"] == theirs.resources["cpu"] == 1
+    assert t.model == ref.model and t.data == ref.data                 # taken whole from table3.yaml:tiny
+    assert t.train["steps"] == 1000 and ref.train["steps"] == 1600     # scale: steps replaced, the rest kept
+    assert t.train["warmup"] == ref.train["warmup"] and t.train["bleu_sentences"] == 7
+    assert {k: v for k, v in t.train.items() if k not in ("steps", "bleu_sentences", "seed")} == \
+        {k: v for k, v in ref.train.items() if k not in ("steps", "bleu_sentences", "seed")}
+
+
+@pytest.mark.parametrize("include, needle", [("table3.yaml", "must be FILE:PROFILE"),
+                                             ("nowhere.yaml:tiny", "does not exist"),
+                                             ("table3.yaml:tiyn", "did you mean tiny"),
+                                             ("mine.yaml:tiny", "includes itself")])
+def test_a_bad_include_is_one_sentence(include, needle, tmp_path, capsys):
+    (tmp_path / "table3.yaml").write_text((ROOT / "studies" / "table3.yaml").read_text())
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}}\n"
+                                        f"profiles:\n  tiny:\n    include: {include}\n")
+    assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_runner_keeps_table2s_counted_paper_costs_in_the_parent_run():
+    import json
+
+    from harness.probes.cost import training_costs
+    from harness.study.runner import paper_tags
+    t2, t3 = load_study(ROOT / "studies" / "table2.yaml", "tiny"), load_study(ROOT / "studies" / "table3.yaml", "tiny")
+    assert json.loads(paper_tags(t2)["paper_costs"]) == json.loads(json.dumps(training_costs()))
+    assert len(paper_tags(t2)["paper_costs"]) < 5000          # an MLflow tag value
+    assert paper_tags(t3) == {}
 
 
 def test_table4_follows_section_6_3():
@@ -310,7 +351,7 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
 
 
 def test_overhead_account_splits_slot_time():
-    from harness.study import overhead_account
+    from harness.study.runner import overhead_account
     # Two slots. A runs 100-110, B 101-111, C 110.5-120; the whole invocation took 22 s.
     runs = [dict(started_at=100, ended_at=110, trial_seconds=10, mlflow_seconds=0.5),
             dict(started_at=101, ended_at=111, trial_seconds=10, mlflow_seconds=0.5),
@@ -327,7 +368,7 @@ def test_provenance_is_the_projects_checkout_not_the_current_directory(tmp_path,
     """The commit recorded is that of the code that ran, read from the project's checkout: from a scratch
     directory, or from inside another repository, it is still the project's; a harness/ that is not the
     top of a checkout of its own (installed inside someone else's repository) records unknown."""
-    from harness.study import PROJECT_ROOT, git_state
+    from harness.system import PROJECT_ROOT, git_state
     try:
         ours = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -21,7 +21,7 @@ import torch
 
 from model.attention import Packed
 
-from .bpe import BOS, EOS, PAD
+from harness.data.bpe import BOS, EOS, PAD
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from harness.errors import UserError
+from harness.io import atomic_write
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # Lines sampled for training the BPE merges: plenty for a stable vocabulary, bounded time on big corpora.
@@ -77,9 +78,7 @@ def train_bpe(paths: list[str | Path], vocab_size: int, cache_dir: str | Path, s
         raise UserError(f"sentencepiece could not train a {vocab_size}-piece BPE model on "
                         f"{', '.join(map(str, paths))}: {err}") from None
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, target)
+    atomic_write(target, buf.getvalue())
     return target
 
 

@@ -9,9 +9,11 @@ from typing import Literal
 
 from harness.errors import UserError
 
-from .batching import ParallelData
-from .bpe import Tokenizer, train_bpe
-from .readers import read_parallel
+from harness.data.batching import ParallelData
+from harness.data.bpe import Tokenizer, train_bpe
+from harness.data.parse import prepare_parse_corpus
+from harness.data.readers import read_parallel
+from harness.data.synth import synth_corpus_dir
 
 # File name pairs a data directory may use, in order of preference.
 _SUFFIXES = (("src", "tgt"), ("en", "de"))
@@ -51,24 +53,11 @@ class Dataset:
 
 def corpus_dir(cfg: DataConfig) -> Path:
     """Where the text files are: generated on demand for synth, the user's directory otherwise; for the
-    parsing task, the sentence/linearized-tree pairs derived from either (harness/probes/parsing.py)."""
+    parsing task, the sentence/linearized-tree pairs derived from either (harness/data/parse.py)."""
     if cfg.task == "parse":
-        from harness.probes.parsing import prepare_parse_corpus
         return prepare_parse_corpus(cfg)
     if cfg.name == "synth":
-        from .synth import SynthConfig, write_corpus
-        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words)
-        if cfg.lexicon_scale != 1.0:
-            lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words,
-                              **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
-                                 for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
-        scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
-        if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
-            scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
-        root = Path(cfg.cache_dir).resolve() / \
-            f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
-        write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)
-        return root
+        return synth_corpus_dir(cfg)
     root = Path(cfg.name)
     if not root.is_dir():
         raise UserError(f"data {cfg.name!r} is neither 'synth' nor an existing directory; give 'synth' or a "

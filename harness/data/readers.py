@@ -7,16 +7,14 @@ Crawl sentences and would silently break the source/target alignment).
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
 
 from harness.errors import UserError
+from harness.io import atomic_writer
 
 _BOM = "\ufeff"
 
@@ -119,26 +117,6 @@ def read_sgml(path: str | os.PathLike) -> list[str]:
     if not segs:
         raise UserError(f"{path}: no <seg> elements found; expected a WMT SGML file such as newstest2014-deen-ref.de.sgm.")
     return segs
-
-
-@contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike) -> Iterator[IO[str]]:
-    """Text handle to a temp file in the target's directory, renamed over `path` only on success, so a
-    crash or kill mid-write never leaves a half-written file under the final name."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"{path}: parent directory {path.parent} does not exist; create it or choose another output path.")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:

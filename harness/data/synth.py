@@ -24,10 +24,7 @@ independently. No hash() of strings and no global random state, so output is byt
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 from bisect import bisect_right
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -36,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.errors import UserError
+from harness.io import atomic_dir
 
 # Bump when the grammar or lexicon changes, so cached corpora made by an older generator are not reused.
 GENERATOR_VERSION = 1
@@ -529,28 +527,15 @@ def write_corpus(out_dir: str | Path, n_train: int, n_dev: int, n_test: int, see
     request = _request(n_train, n_dev, n_test, seed, cfg)
     if (manifest := _existing(out, request)) is not None:
         return manifest
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the corpus is ordinary shared data
-    try:
+    with atomic_dir(out) as tmp:
         stats = {}
         for stream, (split, n) in enumerate(zip(SPLITS, (n_train, n_dev, n_test))):
             stats[split] = _write_split(tmp, split, _stream(n, seed, stream, cfg), n, progress)
         manifest = {**request, "splits": stats,
                     "files": [f"{s}.{k}" for s in SPLITS for k in ("src", "tgt", "tree")]}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        try:
-            if out.is_dir():
-                out.rmdir()  # empty (checked above); rename onto a directory is not portable
-            os.rename(tmp, out)
-        except OSError:  # someone else finished first (rmdir or rename): theirs is fine if it is the same corpus
-            if (theirs := _existing(out, request)) is not None:
-                return theirs
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return manifest
+    # Ours, or the same corpus that another process finished first (anything else is refused here).
+    return _existing(out, request)
 
 
 def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
@@ -584,3 +569,20 @@ def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
     return {"pairs": done, "src_tokens": n_src, "tgt_tokens": n_tgt, "src_types": len(src_types),
             "tgt_types": len(tgt_types), "mean_src_len": round(n_src / done, 3),
             "mean_tgt_len": round(n_tgt / done, 3), "max_src_len": max_src, "max_tgt_len": max_tgt}
+
+
+def synth_corpus_dir(cfg) -> Path:
+    """The made-up corpus a DataConfig names (sizes, seed, lexicon scale, depth, length), written once into
+    its cache directory (write_corpus); returns the directory."""
+    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words)
+    if cfg.lexicon_scale != 1.0:
+        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words,
+                          **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
+                             for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
+    scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
+    if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
+        scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
+    root = Path(cfg.cache_dir).resolve() / \
+        f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
+    write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)
+    return root

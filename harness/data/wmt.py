@@ -14,8 +14,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.readers import atomic_writer, iter_lines, read_parallel, read_sgml
+from harness.data.readers import iter_lines, read_parallel, read_sgml
 from harness.errors import UserError
+from harness.io import atomic_writer
 
 
 @dataclass(frozen=True)

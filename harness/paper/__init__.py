@@ -30,3 +30,20 @@ def table3_model_overrides(row: dict) -> dict:
     if "positional" in row:
         out["positional"] = row["positional"]
     return out
+
+
+# Table 1's rows (and the §4 text for separable and contiguous convolutions) by the probe's layer names.
+TABLE1_ROWS = {"sdpa": "Self-Attention", "plain": "Self-Attention", "rnn_loop": "Recurrent",
+               "rnn_torch": "Recurrent", "conv": "Convolutional (contiguous)", "conv_dilated": "Convolutional",
+               "conv_separable": "Convolutional (separable)", "restricted": "Self-Attention (restricted)"}
+
+
+@lru_cache(maxsize=1)
+def table1_columns() -> dict[str, dict]:
+    """The paper's Table 1 columns for each layer the scaling probe measures: row name, complexity, the
+    exponents in n and d that the complexity implies, sequential operations and maximum path length."""
+    t1 = load_tables()["table1"]
+    rows = {**t1["rows"], **t1["text"]}
+    return {kind: {"row": name, "complexity": rows[name]["complexity"], "exp_n": rows[name]["exp_n"],
+                   "exp_d": rows[name]["exp_d"], "seq": rows[name]["sequential"], "path": rows[name]["path"]}
+            for kind, name in TABLE1_ROWS.items()}

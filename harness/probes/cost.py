@@ -14,7 +14,7 @@ import json
 from harness.paper import load_tables
 from model import get_preset
 
-from .flops import count_analytic
+from harness.probes.flops import count_analytic
 
 
 def paper_method(hours: float, gpus: int, tflops: float) -> float:

@@ -27,8 +27,6 @@ from torch import nn
 
 from model import Transformer, TransformerConfig
 from model.config import paper_base
-from model.attention import attention_path
-from model.loss import loss_path
 
 # The issue's reference for paper_base: ~25 k source + ~25 k target tokens per step (§5.1), two FLOPs per MAC.
 PAPER_STEP_REFERENCE_FLOPS = 9.5e12
@@ -102,14 +100,16 @@ def _batch(cfg: TransformerConfig, B: int, S: int, T: int) -> tuple[torch.Tensor
     return tokens(S), tokens(T), tokens(T)
 
 
+# Count the arithmetic in its plain form: the SDPA a GPU runs (not the CPU's short-sequence matmuls)
+# and logits + cross-entropy (the fused loss does the same matmuls inside one autograd Function).
+PLAIN = {"kernel": "sdpa", "loss_impl": "plain"}
+
+
 def _scaled(count: Callable[..., dict], cfg: TransformerConfig, B: int, S: int, T: int,
             count_batch: int | None, **kwargs) -> dict:
     """Count on min(B, count_batch) sentences and scale to B: exact, since every term is linear in B."""
     b = B if count_batch is None else max(1, min(B, count_batch))
-    # Count the arithmetic in its plain form: the SDPA a GPU runs (not the CPU's short-sequence matmuls)
-    # and logits + cross-entropy (the fused loss does the same matmuls inside one autograd Function).
-    with attention_path("sdpa"), loss_path("plain"):
-        res = count(cfg, b, S, T, **kwargs)
+    res = count(cfg, b, S, T, **kwargs)
     k = B / b
     for key in ("step_flops", "forward_macs", "forward_flops", "backward_flops", "sdpa_macs", "norm_flops"):
         if key in res:
@@ -146,7 +146,7 @@ def _fvcore(cfg: TransformerConfig, B: int, S: int, T: int, sdpa_handle: bool = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                      # torch.jit FutureWarnings on import, tracer warnings
         from fvcore.nn import FlopCountAnalysis
-        model = _TeacherForcedLoss(Transformer(cfg)).eval()  # eval: no dropout nodes (0 FLOPs anyway)
+        model = _TeacherForcedLoss(Transformer(cfg, **PLAIN)).eval()  # eval: no dropout nodes (0 FLOPs anyway)
         analysis = FlopCountAnalysis(model, _batch(cfg, B, S, T))
         analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
         if sdpa_handle:
@@ -176,7 +176,7 @@ def count_fvcore(cfg: TransformerConfig, B: int, S: int, T: int, sdpa_handle: bo
 def _torch(cfg: TransformerConfig, B: int, S: int, T: int) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
-    model = Transformer(cfg).train()
+    model = Transformer(cfg, **PLAIN).train()
     src, tgt_in, tgt_out = _batch(cfg, B, S, T)
     fwd_mode, bwd_mode = FlopCounterMode(display=False), FlopCounterMode(display=False)
     # MATH backend: the CPU fused kernel has no flop formula registered and would count 0.
@@ -244,7 +244,7 @@ def main(preset: str = "paper_base", batch_tokens: int = 25000, sentence_len: in
          as_json: bool = False) -> int:
     from model import ConfigError, get_preset
 
-    from ..errors import UserError
+    from harness.errors import UserError
     try:
         cfg = get_preset(preset)
     except ConfigError as err:

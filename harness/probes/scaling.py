@@ -21,21 +21,19 @@ x values are used and the fit is flagged `fixed_cost_dominated`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.paper import load_tables
-from harness.allocator import pin_allocator
+from harness.paper import table1_columns
+from harness.probes.scaling_spec import DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec, fit_exponent
+from harness.system import pin_allocator
 
 # ---------------------------------------------------------------- layers
 
@@ -149,24 +147,9 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16, heads: int = 1, in
     }[kind]()
 
 
-TIMED = ("sdpa", "plain", "restricted", "rnn_loop", "rnn_torch", "conv", "conv_separable")
-PATH_KINDS = ("sdpa", "rnn_loop", "conv", "conv_dilated", "restricted")
-
-# Paper's Table 1 (+ the §4 text for separable and contiguous convolutions), read from harness/paper/tables.yaml.
-_PAPER_ROW = {"sdpa": "Self-Attention", "plain": "Self-Attention", "rnn_loop": "Recurrent",
-              "rnn_torch": "Recurrent", "conv": "Convolutional (contiguous)", "conv_dilated": "Convolutional",
-              "conv_separable": "Convolutional (separable)", "restricted": "Self-Attention (restricted)"}
-
-
-def _paper_columns() -> dict:
-    t1 = load_tables()["table1"]
-    rows = {**t1["rows"], **t1["text"]}
-    return {kind: {"row": name, "complexity": rows[name]["complexity"], "exp_n": rows[name]["exp_n"],
-                   "exp_d": rows[name]["exp_d"], "seq": rows[name]["sequential"], "path": rows[name]["path"]}
-            for kind, name in _PAPER_ROW.items()}
-
-
-PAPER = _paper_columns()
+# The layer whose stack the path length is measured on: nn.RNN's recurrence is the loop's, hidden in a kernel.
+_PATH_OF = {"rnn_torch": "rnn_loop"}
+PAPER = table1_columns()       # the paper's Table 1 columns by layer (harness/paper/tables.yaml)
 
 # ---------------------------------------------------------------- instrumentation
 
@@ -321,31 +304,6 @@ def measure(kind: str, n: int, d: int, *, batch: int, k: int, r: int, heads: int
     return row
 
 
-def fit_exponent(xs, ts, fixed_mult: float = 3.0) -> dict:
-    """Least-squares slope of log t on log x over the points past the fixed-cost regime (module doc)."""
-    pts = sorted(zip(xs, ts))
-    t_min = min(t for _, t in pts)
-    keep = [(x, t) for x, t in pts if t >= fixed_mult * t_min]
-    dominated = len(keep) < 3
-    if dominated:
-        keep = pts[-3:]
-    lx = [math.log(x) for x, _ in keep]
-    lt = [math.log(t) for _, t in keep]
-    mx, mt = statistics.fmean(lx), statistics.fmean(lt)
-    sxx = sum((a - mx) ** 2 for a in lx)
-    slope = sum((a - mx) * (b - mt) for a, b in zip(lx, lt)) / sxx if sxx > 0 else float("nan")
-    return {"slope": slope, "x_used": [x for x, _ in keep], "dropped": len(pts) - len(keep),
-                "fixed_cost_dominated": dominated, "time_ratio": pts[-1][1] / pts[0][1]}  # largest x / smallest x
-
-
-# Sized for a 2-core CPU: DEFAULTS in a few minutes, QUICK in about a minute. Batch and the upper
-# ends are large enough that the d x d / n x n work outgrows per-call overhead on most layers.
-DEFAULTS = {"ns": (128, 256, 512, 1024, 2048), "ds": (64, 128, 256, 512, 1024), "n_fixed": 256, "d_fixed": 64,
-                "batch": 16, "repeats": 5, "warmup": 2}
-QUICK = {"ns": (64, 128, 256, 512, 1024), "ds": (32, 64, 128, 256, 512), "n_fixed": 256, "d_fixed": 64,
-             "batch": 4, "repeats": 3, "warmup": 1}
-
-
 def run_scaling(ns=None, ds=None, *, n_fixed=None, d_fixed=None, batch=None, k: int = 3, r: int = 16,
                 heads: int = 1, repeats=None, warmup=None, device: str | None = None,
                 quick: bool = False, layers=TIMED, path_ns=(9, 16, 17), path_k: int = 3,
@@ -393,63 +351,6 @@ def _run(cfg, device, k, r, heads, layers, path_ns, path_k, path_r, fixed_mult) 
     return result
 
 # ---------------------------------------------------------------- one layer as a study trial
-
-LAYERS = (*TIMED, "conv_dilated")
-# The layer whose stack the path length is measured on: nn.RNN's recurrence is the loop's, hidden in a kernel.
-_PATH_OF = {"rnn_torch": "rnn_loop"}
-
-
-@dataclass(frozen=True)
-class ScalingSpec:
-    """One row of studies/table1.yaml: a layer type and the grid it is timed on (rows override these)."""
-    layer: str = "sdpa"
-    ns: tuple[int, ...] = DEFAULTS["ns"]          # sequence lengths, at d = d_fixed
-    ds: tuple[int, ...] = DEFAULTS["ds"]          # widths, at n = n_fixed
-    n_fixed: int = DEFAULTS["n_fixed"]
-    d_fixed: int = DEFAULTS["d_fixed"]
-    batch: int = DEFAULTS["batch"]
-    k: int = 3                                    # kernel of the convolutions
-    r: int = 16                                   # neighbourhood of restricted attention (timing)
-    heads: int = 1
-    repeats: int = DEFAULTS["repeats"]
-    warmup: int = DEFAULTS["warmup"]
-    passes: int = 3                               # whole sweeps, alternating direction; each point keeps its fastest
-    fixed_mult: float = 3.0
-    threads: int = 1                              # CPU intra-op threads (module doc of run_scaling)
-    device: str = "auto"                          # auto | cpu | cuda
-    path_ns: tuple[int, ...] = (9, 16, 17)
-    path_k: int = 3
-    path_r: int = 4
-
-    def validate(self) -> None:
-        if self.layer not in LAYERS:
-            close = difflib.get_close_matches(str(self.layer), LAYERS, n=1)
-            raise ValueError(f"layer {self.layer!r} is not one of {', '.join(LAYERS)}"
-                             + (f" (did you mean {close[0]}?)" if close else ""))
-        for name in ("ns", "ds", "path_ns"):
-            v = getattr(self, name)
-            if not isinstance(v, (list, tuple)) or len(v) < 3 or \
-                    any(isinstance(x, bool) or not isinstance(x, int) or x < 2 for x in v):
-                raise ValueError(f"{name} must be a list of at least 3 integers >= 2, got {v!r}")
-        for name in ("n_fixed", "d_fixed", "batch", "k", "r", "heads", "repeats", "path_k", "path_r", "threads", "passes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.k < 2 or self.path_k < 2:
-            raise ValueError("kernel sizes k and path_k must be at least 2")
-        if any(d % self.heads for d in (*self.ds, self.d_fixed)):
-            raise ValueError(f"every width must be divisible by heads={self.heads}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if isinstance(self.fixed_mult, bool) or not isinstance(self.fixed_mult, (int, float)) or self.fixed_mult < 1:
-            raise ValueError(f"fixed_mult must be a number >= 1, got {self.fixed_mult!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-
-
-def scaling_fields() -> dict[str, type]:
-    return {f.name: f.type for f in dataclasses.fields(ScalingSpec)}
-
 
 def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = None) -> dict:
     """Everything Table 1 asks of one layer type: time and memory over the n and d sweeps (forward and

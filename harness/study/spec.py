@@ -10,60 +10,33 @@ Everything wrong is refused here with the file, the key and what is allowed (Use
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from model import PRESETS, ConfigError, TransformerConfig, get_preset
+from model import PRESETS, ConfigError, get_preset
 
-from . import overrides
-from .data.corpus import DataConfig
-from .errors import UserError
-from .paper import load_tables
-from .train import TRAIN_PRESETS, TrainConfig
+from harness import overrides
+from harness.data.corpus import DataConfig
+from harness.errors import UserError, suggest
+from harness.paper import load_tables
+from harness.probes.scaling_spec import ScalingSpec, scaling_fields
+from harness.train import TRAIN_PRESETS
+from harness.trial import Trial
 
 TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_failures", "resources", "base",
             "rows", "profiles"}
 # What a trial does. train: a model trained and evaluated (Tables 2, 3 and 4; parsing is a data task).
-# scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling.ScalingSpec.
-KINDS = ("train", "scaling")
+# scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
-PROFILE_KEYS = {"description", "preset", "scale", "model", "train", "data", "resources", "requires", "seeds"}
+PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
+                "seeds"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu"}
 REQUIRE_KEYS = {"gpu", "data"}
-
-
-@dataclass(frozen=True)
-class Trial:
-    row: str
-    seed: int
-    model: dict
-    train: dict
-    data: dict
-    kind: str = "train"
-    probe: dict = field(default_factory=dict)    # kind scaling: a ScalingSpec as a dict
-
-    @property
-    def key(self) -> str:
-        return f"{self.row}-s{self.seed}"
-
-    @property
-    def config_hash(self) -> str:
-        config = {"model": self.model, "train": self.train, "data": self.data}
-        if self.kind != "train":
-            config = {"kind": self.kind, "probe": self.probe, "seed": self.seed}
-        blob = json.dumps(config, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-    def configs(self) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
-        return TransformerConfig(**self.model), TrainConfig(**self.train), DataConfig(**self.data)
 
 
 @dataclass(frozen=True)
@@ -80,11 +53,6 @@ class Study:
     requires: dict
     trials: list[Trial] = field(default_factory=list)
     kind: str = "train"
-
-
-def _suggest(word: str, allowed) -> str:
-    close = difflib.get_close_matches(str(word), [str(a) for a in allowed], n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class _Checker:
@@ -107,7 +75,7 @@ class _Checker:
         for key in value:
             if key not in allowed:
                 self.fail(f"{where}.{key}" if where else str(key),
-                          f"unknown key{_suggest(key, allowed)}; allowed: {', '.join(sorted(allowed))}.")
+                          f"unknown key{suggest(key, allowed)}; allowed: {', '.join(sorted(allowed))}.")
 
     def integer(self, value: Any, where: str, minimum: int = 0) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -150,24 +118,28 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     table = raw.get("table")
     if table is not None and table not in load_tables():
         chk.fail("table", f"{table!r} is not a table of harness/paper/tables.yaml"
-                          f"{_suggest(table, load_tables())}.")
+                          f"{suggest(table, load_tables())}.")
     study_seeds = raw.get("seeds", [0])
     if not isinstance(study_seeds, list) or not study_seeds:
         chk.fail("seeds", f"must be a non-empty list of integers, got {study_seeds!r}.")
     study_seeds = [chk.integer(s, "seeds", 0) for s in study_seeds]
     max_failures = chk.integer(raw.get("max_failures", 0), "max_failures", 0)
     kind = raw.get("kind", "train")
-    if kind not in KINDS:
-        chk.fail("kind", f"unknown kind {kind!r}{_suggest(kind, KINDS)}; allowed: {', '.join(KINDS)}.")
+    if kind not in LOADERS:
+        chk.fail("kind", f"unknown kind {kind!r}{suggest(kind, LOADERS)}; allowed: {', '.join(LOADERS)}.")
     head = dict(path=path, name=name, version=version, table=table, max_failures=max_failures, kind=kind)
-    if kind == "scaling":
-        return _load_probe_study(chk, raw, head, study_seeds, profile, rows, seeds)
+    return LOADERS[kind](chk, raw, head, study_seeds, profile, rows, seeds)
 
+
+def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
+                      rows: list[str] | None, seeds: list[int] | None) -> Study:
+    """A study whose rows are model/train/data overrides (kind train): preset -> base -> row -> profile."""
+    path = head["path"]
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", BASE_KEYS)
     preset_name = base.get("preset", "paper_base")
     if preset_name not in PRESETS:
-        chk.fail("base.preset", f"unknown preset {preset_name!r}{_suggest(preset_name, PRESETS)}; "
+        chk.fail("base.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}; "
                                 f"choose one of {', '.join(PRESETS)}.")
     base_over = {s: {} for s in overrides.SECTIONS}
     for sec in overrides.SECTIONS:
@@ -186,22 +158,8 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     if "preset" in prof:
         preset_name = prof["preset"]
         if preset_name not in PRESETS:
-            chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{_suggest(preset_name, PRESETS)}.")
-    scale = chk.mapping(prof.get("scale"), f"{where}.scale")
-    for key, factor in scale.items():
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
-            chk.fail(f"{where}.scale.{key}", f"must be a positive number, got {factor!r}.")
-    factors: dict[str, dict] = {sec: {} for sec in overrides.SECTIONS}
-    for key, factor in scale.items():
-        try:
-            sec, field_name = overrides.resolve_key(str(key))
-        except UserError as err:
-            chk.fail(f"{where}.scale.{key}", str(err))
-        factors[sec][field_name] = factor
-    prof_over = {s: {} for s in overrides.SECTIONS}
-    for sec in overrides.SECTIONS:
-        prof_over[sec].update(_section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"),
-                                                 f"{where}.{sec}", sec)[sec])
+            chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}.")
+    factors, prof_over = _profile_overrides(chk, prof, where)
     resources, requires = _resources(chk, raw, prof, where)
 
     chosen = _pick_rows(path, all_rows, rows)
@@ -217,6 +175,23 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
             trials[-1] = dataclasses.replace(trials[-1], row=r)
     return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
                  requires=requires, trials=trials)
+
+
+def _profile_overrides(chk: _Checker, prof: dict, where: str) -> tuple[dict[str, dict], dict[str, dict]]:
+    """A profile's scale factors and its settings, each by section (model, train, data)."""
+    scale = chk.mapping(prof.get("scale"), f"{where}.scale")
+    factors: dict[str, dict] = {sec: {} for sec in overrides.SECTIONS}
+    for key, factor in scale.items():
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+            chk.fail(f"{where}.scale.{key}", f"must be a positive number, got {factor!r}.")
+        try:
+            sec, field_name = overrides.resolve_key(str(key))
+        except UserError as err:
+            chk.fail(f"{where}.scale.{key}", str(err))
+        factors[sec][field_name] = factor
+    prof_over = {sec: _section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"), f"{where}.{sec}", sec)[sec]
+                 for sec in overrides.SECTIONS}
+    return factors, prof_over
 
 
 def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
@@ -257,16 +232,51 @@ def _pick_profile(chk: _Checker, raw: dict, profile: str | None) -> tuple[str, d
         chk.fail("profiles", "must define at least one profile (e.g. paper and tiny).")
     profile = profile or ("tiny" if "tiny" in profiles else next(iter(profiles)))
     if profile not in profiles:
-        raise UserError(f"{chk.path} has no profile {profile!r}{_suggest(profile, profiles)}; "
+        raise UserError(f"{chk.path} has no profile {profile!r}{suggest(profile, profiles)}; "
                         f"its profiles: {', '.join(profiles)}.")
-    return profile, chk.mapping(profiles[profile], f"profiles.{profile}")
+    return profile, _included(chk, chk.mapping(profiles[profile], f"profiles.{profile}"), f"profiles.{profile}")
+
+
+def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) -> dict:
+    """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
+    relative to this one; it may include in turn) is the start, and this profile's own settings are laid
+    over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole)."""
+    if "include" not in prof:
+        return prof
+    ref = prof["include"]
+    file, _, name = str(ref).rpartition(":")
+    target = (chk.path.parent / file).resolve()
+    if not file or not name:
+        chk.fail(f"{where}.include", f"must be FILE:PROFILE (e.g. table3.yaml:tiny), got {ref!r}.")
+    if target in seen or target == chk.path.resolve():
+        chk.fail(f"{where}.include", f"{ref!r} includes itself.")
+    if not target.is_file():
+        chk.fail(f"{where}.include", f"{file} does not exist next to {chk.path.name}.")
+    try:
+        other = yaml.safe_load(target.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"{target} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
+    sub = _Checker(target)
+    profiles = sub.mapping(sub.mapping(other, "top level").get("profiles"), "profiles")
+    if name not in profiles:
+        chk.fail(f"{where}.include", f"{file} has no profile {name!r}{suggest(name, profiles)}.")
+    merged = dict(_included(sub, sub.mapping(profiles[name], f"profiles.{name}"), f"profiles.{name}",
+                            (*seen, chk.path.resolve())))
+    for key, value in prof.items():
+        if key == "include":
+            continue
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
     chosen = list(all_rows) if not rows else rows
     for r in chosen:
         if r not in all_rows:
-            raise UserError(f"{path} has no row {r!r}{_suggest(r, all_rows)}; its rows: {', '.join(all_rows)}.")
+            raise UserError(f"{path} has no row {r!r}{suggest(r, all_rows)}; its rows: {', '.join(all_rows)}.")
     return chosen
 
 
@@ -283,18 +293,16 @@ def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> tuple[dict, 
 
 
 def _probe_settings(chk: _Checker, values: dict, where: str) -> dict:
-    from .probes.scaling import scaling_fields
     fields = scaling_fields()
     for key in values:
         if key not in fields:
-            chk.fail(f"{where}.{key}", f"unknown probe setting{_suggest(key, fields)}; allowed: {', '.join(fields)}.")
+            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
     return dict(values)
 
 
 def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
                       rows: list[str] | None, seeds: list[int] | None) -> Study:
     """A study whose rows are probe settings (kind scaling): base.probe -> row -> profile.probe."""
-    from .probes.scaling import ScalingSpec
     path = head["path"]
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", PROBE_BASE_KEYS)
@@ -323,3 +331,8 @@ def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
                    for s in chosen_seeds]
     return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
                  requires=requires, trials=trials)
+
+
+# How each kind of study file is read: `kind:` names one (default train). The runner's side of a kind
+# (dry-run listing, data to prepare, cost estimate, summary columns) is harness/study/kinds.py.
+LOADERS = {"train": _load_train_study, "scaling": _load_probe_study}

@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.probes.trees import read_lines, read_tree_texts
+from harness.data.trees import read_lines, read_tree_texts
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_FOR_LENGTH = frozenset({"-NONE-"})

@@ -10,66 +10,28 @@ own child run. FIFO scheduling (no early stopping): every row trains the same bu
 from __future__ import annotations
 
 import datetime
+import json
 import os
-import platform
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-from .data.corpus import DataConfig, prepare_data
-from .errors import UserError
-from .studyspec import Study, Trial, load_study
-from .tracking import StudyTracking, tracking_uri
-from .train import check_writable
-
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]      # the checkout this harness/ was imported from
+from harness.errors import UserError
+from harness.io import check_writable
+from harness.probes.cost import training_costs
+from harness.study.kinds import KINDS
+from harness.study.spec import Study, load_study
+from harness.system import git_state, hardware
+from harness.tracking import StudyTracking, tracking_uri
+from harness.trial import Trial
 
 
-def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
-    """(commit, uncommitted changes) of the project's own checkout, whatever the current directory: a study
-    started from a scratch directory, or from inside another repository, records the commit of the code that
-    ran. "unknown" where the project is not a git checkout of its own (e.g. installed into site-packages,
-    which may itself lie inside some other repository)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
-    try:
-        if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
-            return "unknown", False
-        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-
-
-def hardware() -> str:
-    gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{platform.machine()} {os.cpu_count()} CPU cores{gpu}, torch {torch.__version__}"
-
-
-ASSUMED_SENTENCE_LEN = 25   # for estimates made before the data is read (WMT14 EN-DE averages about 25 subwords)
-
-
-def estimated_flops(trial: Trial) -> float:
-    """Training FLOPs of a trial before it runs: the analytic count of harness/probes/flops.py per target
-    token, for sentences of ASSUMED_SENTENCE_LEN, x tokens per step x steps (padding left out)."""
-    from .probes.flops import count_analytic
-    if trial.kind != "train":
-        return 0.0
-    model_cfg, train_cfg, _ = trial.configs()
-    n = ASSUMED_SENTENCE_LEN
-    return count_analytic(model_cfg, 1, n, n)["flops_per_target_token"] * train_cfg.batch_tokens * train_cfg.steps
-
-
-def parameter_count(trial: Trial) -> int:
-    """Counted on the meta device: no memory, even for paper_big."""
-    from model import Transformer, count_parameters
-    with torch.device("meta"):
-        return count_parameters(Transformer(trial.configs()[0]))
+def paper_tags(study: Study) -> dict[str, str]:
+    """What a study's report needs from the model core, computed here and kept in the parent run, so that
+    reports read MLflow and the paper only: for Table 2, the paper rows' counted training costs."""
+    return {"paper_costs": json.dumps(training_costs())} if study.table == "table2" else {}
 
 
 def _check_requirements(study: Study) -> None:
@@ -83,31 +45,6 @@ def _check_requirements(study: Study) -> None:
             raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
                             f"not exist; prepare WMT14 with `python -m harness data prepare wmt14-en-de --from DIR "
                             f"--out {name}`, or run --profile tiny.")
-
-
-def _print_trials(study: Study) -> None:
-    print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
-          f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
-    if study.kind == "scaling":
-        print(f"{'trial':<20}{'hash':<14}{'layer':<16}{'n swept (at d)':<40}{'d swept (at n)':<40}")
-        for t in study.trials:
-            p = t.probe
-            print(f"{t.key:<20}{t.config_hash:<14}{p['layer']:<16}{str(p['ns']) + ' d=' + str(p['d_fixed']):<40}"
-                  f"{str(p['ds']) + ' n=' + str(p['n_fixed']):<40}")
-        return
-    head = f"{'trial':<20}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
-           f"{'P_drop':>7}{'eps_ls':>7}{'steps':>8}{'params':>10}{'est. FLOPs':>12}"
-    print(head)
-    total = 0.0
-    for t in study.trials:
-        n, flops = parameter_count(t), estimated_flops(t)
-        total += flops
-        m = t.model
-        print(f"{t.key:<20}{t.config_hash:<14}{m['n_layers']:>3}{m['d_model']:>8}{m['d_ff']:>6}{m['n_heads']:>4}"
-              f"{m['d_k']:>5}{m['d_v']:>5}{m['p_drop']:>7}{t.train['label_smoothing']:>7}{t.train['steps']:>8}"
-              f"{n / 1e6:>9.2f}M{flops:>12.2e}")
-    print(f"estimated training cost: {total:.2e} FLOPs (analytic count, sentences of {ASSUMED_SENTENCE_LEN} "
-          f"tokens; data: {study.trials[0].data['name']})")
 
 
 def _check_ray_address(address: str) -> None:
@@ -130,21 +67,14 @@ def _check_ray_address(address: str) -> None:
 def _trainable(config: dict) -> None:
     from ray import tune
 
-    from .trial import run_trial
+    from harness.trial import run_trial
     tune.report(run_trial(config["trial"], config["ctx"]))
 
 
 def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int, int]:
     runs = {r.data.tags.get("trial_key"): r for r in tracking.children(parent_id)}
     metrics = [r.data.metrics for r in runs.values()]
-    if study.kind == "scaling":
-        columns = [("exp n", "exp_n_fwd"), ("exp n f+b", "exp_n_fwd_bwd"), ("exp d", "exp_d_fwd"),
-                   ("exp d f+b", "exp_d_fwd_bwd"), ("seq ops", "seq_ops_measured"), ("path", "path_measured_max_n")]
-    else:
-        quality = [("F1", "dev_f1"), ("test F1", "test_f1")] if any("dev_f1" in m for m in metrics) else \
-            [("BLEU", "dev_bleu"), ("BLEU tok", "dev_bleu_tok")]
-        test = [("test BLEU", "test_bleu")] if any("test_bleu" in m for m in metrics) else []
-        columns = [("dev PPL", "dev_ppl"), *quality, *test]
+    columns = KINDS[study.kind].summary_columns(metrics)
     print(f"\n{'trial':<18}{'status':<10}" + "".join(f"{h:>10}" for h, _ in columns) + f"{'minutes':>9}")
     done = failed = 0
     for t in study.trials:
@@ -191,19 +121,13 @@ def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict
 
 
 def run_study(args) -> int:
-    seeds = None
-    if args.seeds:
-        try:
-            seeds = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise UserError(f"--seeds {args.seeds!r} must be integers separated by commas, e.g. 0,1,2.") from None
-    rows = [r.strip() for r in args.rows.split(",")] if args.rows else None
-    study = load_study(args.study, args.profile, rows, seeds)
+    study = load_study(args.study, args.profile, *_selection(args))
     _check_requirements(study)
     if args.dry_run:
-        _print_trials(study)
+        print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
+              f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
+        KINDS[study.kind].print_trials(study)
         return 0
-
     uri = tracking_uri()
     check_writable(Path(args.runs_dir).resolve(), "--runs-dir", "give a writable directory with --runs-dir",
                    keep=False)
@@ -211,48 +135,21 @@ def run_study(args) -> int:
         _check_ray_address(args.address or os.environ["RAY_ADDRESS"])
     tracking = StudyTracking(uri, study.name)
     parent = tracking.latest_parent(study.profile, study.version) if args.resume else None
-    todo = study.trials
-    if parent is not None:
-        finished = {r.data.tags.get("trial_key"): r.data.tags.get("config_hash") for r in tracking.children(parent.info.run_id)
-                    if r.info.status == "FINISHED"}
-        todo = [t for t in study.trials if finished.get(t.key) != t.config_hash]
-        if not todo:
-            print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
-                  f"(MLflow run {parent.info.run_id}); nothing to run.")
-            _summary(tracking, parent.info.run_id, study)
-            return 0
-    elif args.resume:
-        print(f"{study.path}: no earlier invocation of profile {study.profile} found; starting afresh.")
-
-    # Data first (generated corpus, BPE model per vocabulary size), once in the driver: trials then only
-    # read the caches instead of racing to write them.
-    for data_cfg, vocab_size in {(DataConfig(**t.data), t.model["vocab_size"]) for t in todo if t.kind == "train"}:
-        prepare_data(data_cfg, vocab_size)
+    todo = _todo(tracking, study, parent, args.resume)
+    if not todo:
+        _summary(tracking, parent.info.run_id, study)
+        return 0
+    kind = KINDS[study.kind]
+    kind.prepare(todo)                       # data first, once in the driver
 
     t_start = time.perf_counter()
     sha, dirty = git_state()
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
             "git_dirty": dirty, "hardware": hardware()}
-    if parent is None:
-        run_dir = Path(args.runs_dir).resolve() / f"{study.name}-{study.profile}-{int(time.time())}"
-        parent_id = tracking.start_parent(
-            f"{study.name} {study.profile}",
-            {**tags, "command": " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
-             "started": datetime.datetime.now().isoformat(timespec="seconds"), "run_dir": run_dir,
-             "study_file": study.path, "table": study.table or ""},
-            {"rows": ",".join(study.rows), "seeds": ",".join(map(str, study.seeds))})
-        print(f"study {study.name} v{study.version}, profile {study.profile}: {len(todo)} trials; MLflow run "
-              f"{parent_id} at {uri}")
-    else:
-        parent_id = parent.info.run_id
-        run_dir = Path(parent.data.tags["run_dir"])
-        check_writable(run_dir, "the resumed study's run directory", "give a writable directory with --runs-dir")
-        tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
-        print(f"resuming {study.name} (MLflow run {parent_id}): {len(todo)} of {len(study.trials)} trials left")
-
+    parent_id, run_dir = _open_parent(tracking, study, parent, tags, args.runs_dir, len(todo))
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
-    todo = sorted(todo, key=lambda t: -estimated_flops(t))
+    todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
     try:
         results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
             "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
@@ -263,8 +160,64 @@ def run_study(args) -> int:
         else:
             tracking.end_parent(parent_id, "KILLED", {}, {})
         raise
+    return _close(tracking, parent_id, study, results, interrupted, concurrency, ray_seconds,
+                  time.perf_counter() - t_start)
+
+
+def _selection(args) -> tuple[list[str] | None, list[int] | None]:
+    """--rows and --seeds as lists (None: the study's own)."""
+    seeds = None
+    if args.seeds:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise UserError(f"--seeds {args.seeds!r} must be integers separated by commas, e.g. 0,1,2.") from None
+    return ([r.strip() for r in args.rows.split(",")] if args.rows else None), seeds
+
+
+def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[Trial]:
+    """The trials to run: all of them, or on --resume those whose child run did not FINISH with the same
+    config hash (none left: says so)."""
+    if parent is None:
+        if resume:
+            print(f"{study.path}: no earlier invocation of profile {study.profile} found; starting afresh.")
+        return study.trials
+    finished = {r.data.tags.get("trial_key"): r.data.tags.get("config_hash")
+                for r in tracking.children(parent.info.run_id) if r.info.status == "FINISHED"}
+    todo = [t for t in study.trials if finished.get(t.key) != t.config_hash]
+    if not todo:
+        print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
+              f"(MLflow run {parent.info.run_id}); nothing to run.")
+    return todo
+
+
+def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs_dir: str,
+                 n_todo: int) -> tuple[str, Path]:
+    """The study's parent run, started afresh or reopened (--resume), and its run directory."""
+    if parent is None:
+        run_dir = Path(runs_dir).resolve() / f"{study.name}-{study.profile}-{int(time.time())}"
+        parent_id = tracking.start_parent(
+            f"{study.name} {study.profile}",
+            {**tags, "command": " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
+             "started": datetime.datetime.now().isoformat(timespec="seconds"), "run_dir": run_dir,
+             "study_file": study.path, "table": study.table or "", **paper_tags(study)},
+            {"rows": ",".join(study.rows), "seeds": ",".join(map(str, study.seeds))})
+        print(f"study {study.name} v{study.version}, profile {study.profile}: {n_todo} trials; MLflow run "
+              f"{parent_id} at {tracking.uri}")
+        return parent_id, run_dir
+    parent_id = parent.info.run_id
+    run_dir = Path(parent.data.tags["run_dir"])
+    check_writable(run_dir, "the resumed study's run directory", "give a writable directory with --runs-dir")
+    tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
+    print(f"resuming {study.name} (MLflow run {parent_id}): {n_todo} of {len(study.trials)} trials left")
+    return parent_id, run_dir
+
+
+def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[dict], interrupted: bool,
+           concurrency: int, ray_seconds: float, wall: float) -> int:
+    """Account for the time, end the parent run (KILLED when interrupted, FAILED when a trial failed) and
+    say what to do next; the exit status."""
     done, failed = _summary(tracking, parent_id, study)
-    wall = time.perf_counter() - t_start
     cost = overhead_account(results, wall, concurrency)
     print(f"\nwall {wall:.1f} s, {concurrency} trial(s) at a time; trials' own work {cost['work']:.1f} s; "
           f"Ray start and stop {ray_seconds:.1f} s; Ray + MLflow overhead {100 * cost['overhead_share']:.1f} % "

@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-CLAIMS = Path(__file__).parent / "paper" / "claims.yaml"
+CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
 # Metric name in claims.yaml -> (the final MLflow metric, transform). nll: ln(PPL), so that differences are
 # ratios of perplexity and seeds average on the scale the loss is trained on.
 METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),

@@ -9,9 +9,10 @@ import torch
 
 from model import Transformer, beam_search
 
-from .data.batching import ParallelData, token_batches
-from .data.bpe import BOS, EOS, Tokenizer
-from .metrics import copy_baseline_bleu, sacre_bleu, tokenized_bleu
+from harness.data.batching import ParallelData, token_batches
+from harness.data.bpe import BOS, EOS, Tokenizer
+from harness.eval.bleu import copy_baseline_bleu, sacre_bleu, tokenized_bleu
+from harness.eval.parse import TreeConstraint, parse_scores
 
 
 @torch.no_grad()
@@ -63,12 +64,10 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
         hyps = translate(model, tokenizer, subset, device, beam_size, alpha, max_extra, max_tokens, autocast)
         refs, srcs = split.tgt_text[:n], split.src_text[:n]
         if split.trees is not None:       # parsing (Table 4): bracketing F1 as EVALB computes it
-            from .probes.parsing import parse_scores
             scores, trees = parse_scores(hyps, srcs, split.trees[:n])
             metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
             metrics[f"{prefix}_parsed_sentences"] = n
             if constrained:
-                from .probes.parsing import TreeConstraint
                 pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
                 words = [len(s.split()) for s in srcs]
                 first = TreeConstraint(pieces, EOS, [words[0]], beam_size, device)

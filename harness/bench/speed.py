@@ -21,10 +21,10 @@ from model import ConfigError, Transformer, TransformerConfig, beam_search, get_
 from model.attention import Packed
 from model.layers import sinusoid_table
 
-from .allocator import pin_allocator
-from .errors import UserError
-from .probes.flops import count_analytic
-from .train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
+from harness.system import pin_allocator
+from harness.errors import UserError
+from harness.probes.flops import count_analytic
+from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
 PAD, BOS, EOS = 0, 2, 3
 

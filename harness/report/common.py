@@ -1,0 +1,367 @@
+"""MLflow -> pandas -> reports/<study>.md and .csv, plots, and reports/README.md (an index).
+
+Reads only what the study runner logged (through harness.tracking, the one module that imports mlflow):
+the latest invocation of a study, one line per row, seeds averaged. Where the study's table is in
+harness/paper/tables.yaml (Table 3), the paper's values are printed beside ours, and both are also given as
+deltas against the base row: at tiny scale on the made-up corpus only the direction and relative size of
+each knob's effect can be compared with the paper, never the absolute numbers. Each table's layout is a module of
+this package (table1 ... table4); this one holds what they share.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+# The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
+# Figure renders with the Agg canvas.
+from matplotlib.figure import Figure
+
+from harness import tracking
+from harness.errors import UserError
+from harness.io import atomic_write, atomic_writer
+from harness.report import claims
+
+# Our metric name -> the final metric logged by the trial.
+METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
+# Params that differ between seeds, never between rows: not a row's "change" against the base.
+_PER_SEED = {"train.seed", "data.seed"}
+_PROVENANCE = "**Provenance:**"   # the line the index copies from each report
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+def load_results(study: str, uri: str | None = None, profile: str | None = None) -> dict:
+    """The latest invocation of `study` as tracking.study_results gives it; a UserError when absent."""
+    uri = uri or tracking.tracking_uri()
+    tracking.require_store(uri)
+    try:
+        results = tracking.study_results(uri, study, profile)
+    except UserError:
+        raise
+    except Exception as err:  # an unreachable server, an unreadable file: one sentence, not a stack
+        raise UserError(f"cannot read the MLflow tracking store {uri} ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200] if str(err) else ''}); start it or point "
+                        "MLFLOW_TRACKING_URI elsewhere.") from None
+    which = f"study {study}" + (f" with profile {profile}" if profile else "")
+    if results is None:
+        raise UserError(f"no runs of {which} in {uri}; run `python -m harness run studies/{study}.yaml"
+                        f"{f' --profile {profile}' if profile else ''}` first.")
+    if results["runs"].empty:
+        raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
+                        "yet; let it run or resume it with `python -m harness run ... --resume`.")
+    return results
+
+
+def table_name(parent: dict, study: str) -> str:
+    """The paper table a study reproduces: the parent's `table` tag (the study file's `table:`), else its name."""
+    return parent["tags"].get("table") or parent["params"].get("table") or study
+
+
+def column(df: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column (params come back as strings); all-NaN when the runs never logged it."""
+    if name not in df:
+        return pd.Series(float("nan"), index=df.index)
+    return pd.to_numeric(df[name], errors="coerce")
+
+
+def row_order(runs: pd.DataFrame, paper_rows: Iterable[str] = (), declared: Iterable[str] = ()) -> list[str]:
+    """The paper's row order, then the study file's (the parent's `rows` param), then first appearance."""
+    seen = runs.sort_values("start_time", kind="stable")["tags.row"].astype(str).drop_duplicates().tolist()
+    paper, declared = list(paper_rows), list(declared)
+    big = len(paper) + len(declared) + len(seen)
+    return sorted(seen, key=lambda r: (paper.index(r) if r in paper else big,
+                                       declared.index(r) if r in declared else big, seen.index(r)))
+
+
+def row_groups(runs: pd.DataFrame, order: Iterable[str]):
+    """Per row, in `order`: (row, its runs, the FINISHED ones, the row's status, its failure reasons joined).
+    Status: FINISHED (every seed), PARTIAL (some), FAILED (none finished, one failed), else the run's status."""
+    names = runs["tags.row"].astype(str)
+    for row in order:
+        g = runs[names == row]
+        done = g[g["status"] == "FINISHED"]
+        status = ("FINISHED" if len(done) == len(g) else "PARTIAL" if len(done)
+                  else "FAILED" if (g["status"] == "FAILED").any() else str(g["status"].iloc[0]))
+        reasons = g["tags.failure_reason"].dropna().astype(str) if "tags.failure_reason" in g else []
+        reason = " | ".join(dict.fromkeys(r.strip()[:300] for r in reasons if r.strip()))
+        yield row, g, done, status, reason
+
+
+def synthetic_data(runs: pd.DataFrame) -> bool:
+    """Whether any trial trained on the made-up corpus (data.name synth) rather than real data."""
+    return "params.data.name" in runs and bool((runs["params.data.name"] == "synth").any())
+
+
+def declared_rows(parent: dict) -> list[str]:
+    """The rows in the study file's order (the parent's `rows` param)."""
+    return [r for r in str(parent["params"].get("rows", "")).split(",") if r]
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def save_png(fig: Figure, path: Path) -> Path:
+    with atomic_writer(path, binary=True) as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+    return path
+
+
+def num(x, fmt: str = "{:.2f}") -> str:
+    return "–" if pd.isna(x) else fmt.format(x)
+
+
+def pm(mean, spread) -> str:
+    """mean ± spread (a std or a 95 % half-width, as the table's caption says); the mean alone without one."""
+    return num(mean) if pd.isna(spread) else f"{mean:.2f} ± {spread:.2f}"
+
+
+def signed_pm(mean, half) -> str:
+    return signed(mean) if pd.isna(half) else f"{mean:+.2f} ± {half:.2f}"
+
+
+def signed(x) -> str:
+    return num(x, "{:+.2f}")
+
+
+def provenance_line(parent: dict) -> str:
+    tags = parent["tags"]
+    dirty = " (dirty)" if str(tags.get("git_dirty", "")).lower() in ("true", "1", "yes") else ""
+    return (f"{_PROVENANCE} `{tags.get('command', '?')}` · commit `{tags.get('git_sha', '?')}`{dirty} · "
+            f"profile `{tags.get('profile', '?')}` · {tags.get('hardware', '?')} · {tags.get('started', '?')}")
+
+
+def header_lines(study: str, results: dict, caption: str | None = None) -> list[str]:
+    """The lines every report opens with: title (with the paper's caption), the do-not-edit note, the
+    provenance line the index copies, then command, commit, profile, hardware, MLflow parent run, wall
+    time and overhead share (and the sacreBLEU signature where BLEU was scored); ends with a blank line."""
+    parent, runs = results["parent"], results["runs"]
+    tags, metrics = parent["tags"], parent.get("metrics", {})
+    wall, share = metrics.get("wall_seconds"), metrics.get("overhead_share")
+    signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
+    lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
+             "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
+             provenance_line(parent), "",
+             f"- command: `{tags.get('command', '?')}`",
+             f"- git SHA: `{tags.get('git_sha', '?')}`, uncommitted changes: {tags.get('git_dirty', '?')}",
+             f"- study version {tags.get('version', '?')}, profile `{tags.get('profile', '?')}`, "
+             f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
+             f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
+             f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
+             f"- wall time {num(wall, '{:.0f}')} s, Ray + MLflow overhead share "
+             f"{num(None if share is None else 100 * share, '{:.1f}')} %"]
+    if signatures:
+        lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
+    lines.append("")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
+    """Per row, from its finished seeds: final dev PPL (mean), and how much its dev PPL still fell over the
+    last quarter of its steps (from the dev PPL logged every eval_every steps), as a fraction and the steps."""
+    out: dict[str, dict] = {}
+    done = runs[runs["status"] == "FINISHED"]
+    for row, g in done.groupby(done["tags.row"].astype(str)):
+        finals, drops, span, rose = [], [], None, []
+        for run in g.itertuples(index=False):
+            hist = sorted(tracking.metric_history(uri, run.run_id, "dev_ppl"))
+            if not hist:
+                continue
+            last_step, last = hist[-1]
+            finals.append(last)
+            rose.append(last > min(v for _, v in hist) * 1.02)     # over-fitting: dev PPL up from its best
+            later = [(s, v) for s, v in hist if s >= 0.75 * last_step and s < last_step]
+            if later and last_step > 0:
+                drops.append(1 - last / later[0][1])
+                span = (later[0][0], last_step)
+        out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
+                    "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span,
+                    "rose": sum(rose), "seeds": len(rose)}
+    return out
+
+
+def _claim_value(metric: str, x: float) -> str:
+    if pd.isna(x):
+        return "–"
+    if metric in ("nll", "test_nll"):
+        return f"PPL {math.exp(x):.2f}"
+    return f"{x:g}" if metric in ("seq_ops", "path") else f"{x:.2f}"      # counts as counts
+
+
+def regime_note(row: str, diag: dict[str, dict]) -> str:
+    """Where a row stood when training stopped, from its dev PPL curve: on the plateau, still improving."""
+    d, base = diag.get(row, {}), diag.get("base", {}).get("ppl", float("nan"))
+    ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
+    if pd.notna(ppl) and pd.notna(base) and row != "base" and ppl > 2.5 * base:
+        return f"near the plateau: dev PPL {ppl:.2f}, {ppl / base:.1f}x the base's"
+    if pd.notna(drop) and drop > 0.10 and d.get("span"):
+        return f"still improving: dev PPL -{100 * drop:.0f} % from step {d['span'][0]} to {d['span'][1]}"
+    return ""
+
+
+def _claim_why(c: dict, diag: dict[str, dict]) -> str:
+    """What in the run's numbers explains a claim that does not hold (generated, never written by hand)."""
+    if c["verdict"] == "holds":
+        return ""
+    if c["verdict"] == "not run":
+        return "its rows were not run in this invocation"
+    if c["expect"] == "value":
+        off = f"{c['a_row']} measured {c['a_mean']:.2f}, {abs(c['diff']):.2f} from {c['b_mean']:g}"
+        return (f"{off}: outside ±{c['margin']:g}; the row's notes in the table above say where its fit parts "
+                "from the formula" if c["verdict"] == "contradicted" else
+                f"{off}: its interval over seeds is neither inside nor wholly outside ±{c['margin']:g}")
+    notes = []
+    if c["n"] < 2:
+        notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
+    for row in dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r):
+        d = diag.get(row, {})
+        if regime_note(row, diag):
+            notes.append(f"{row} was {regime_note(row, diag)}")
+        if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
+            notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
+    if c["n"] >= 2 and c["verdict"] == "inconclusive":
+        if c["expect"] == "better":
+            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
+                         "spans 0: the effect, if any, is within the seed-to-seed spread at this scale")
+        else:
+            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
+    if c["verdict"] == "contradicted":
+        notes.append(f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
+                     f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["expect"] == "better" else
+                     f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
+    return "; ".join(notes)
+
+
+def claims_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
+    """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
+    paper's sentence and numbers, ours with the seed-paired interval, and the computed verdict."""
+    checked = claims.check_claims(study, runs)
+    if not checked:
+        return []
+    diag = row_diagnostics(runs, uri)
+    counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
+    lines = ["## Claims", "",
+             f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
+             f"harness/paper/claims.yaml, checked on these runs: {counts['holds']} hold, {counts['contradicted']} "
+             f"contradicted, {counts['inconclusive']} inconclusive, {counts['not run']} not run. A verdict is computed, "
+             "never written: the difference between the two rows is taken seed by seed (oriented so that > 0 is the "
+             "claimed direction) and its 95 % t-interval decides: holds if it lies above 0 (or inside the equivalence "
+             "margin), contradicted if it lies below 0 (or wholly outside the margin), inconclusive if it spans 0. "
+             "Perplexity claims are compared as ln PPL (nats per subword), so a difference of 0.05 is a PPL ratio of "
+             "about 1.05.", "",
+             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs |",
+             "|---|---|---|---|---|---|---|"]
+    if any(c["expect"] == "value" for c in checked):
+        lines[2] += (" A measurement claim (Table 1's columns) compares one row's measured value with the paper's "
+                     "formula instead: Δ is measured - formula, and it holds if Δ lies within the stated tolerance "
+                     "(with several seeds, if its interval does), contradicted otherwise.")
+    for c in checked:
+        claim = c["claim"]
+        paper = claim.paper
+        unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
+        a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
+        if claim.expect == "value":      # one row's measurement against the formula
+            paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
+        else:
+            paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
+            ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
+        diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
+                f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
+        if claim.expect == "equivalent":
+            diff += f", margin ±{claim.margin:g}"
+        elif claim.expect == "value":
+            diff += f", tolerance ±{claim.margin:g}"
+        cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
+                 _claim_why(c, diag)]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    return lines + [""]
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
+    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row, one
+    line per seed: whether each row converged is read off the right panel."""
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2)
+    colors = {row: f"C{i % 10}" for i, row in enumerate(order)}
+    styles = ["-", "-.", ":", (0, (5, 1))]
+    for j, row in enumerate(order):
+        seeds = runs[runs["tags.row"].astype(str) == row]
+        seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
+        for i, run in enumerate(seeds.itertuples(index=False)):
+            ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
+            for ax, key in zip(axes, ("train_loss", "dev_ppl")):
+                hist = tracking.metric_history(uri, run.run_id, key)
+                if hist:
+                    steps, values = zip(*sorted(hist))
+                    ax.plot(steps, values, color=colors[row], ls=styles[j // 10 % len(styles)] if ok else "--",
+                            lw=1, marker="." if key == "dev_ppl" else None, ms=3, label=row if i == 0 else None)
+    axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{study}: training loss")
+    axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
+                title=f"{study}: dev perplexity during training")
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=7, ncol=2)
+    return save_png(fig, path)
+
+
+NAN = float("nan")
+
+
+# ------------------------------------------------------------------------------------------ shared bits
+
+def text_of(run: pd.Series, key: str) -> str:
+    """A tag or param as text; "" when absent."""
+    v = run.get(key)
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def param_of(run: pd.Series, key: str) -> float:
+    """A param as a number (params are strings in MLflow); NaN when absent or not a number."""
+    v = run.get(f"params.{key}")
+    return NAN if v is None else float(pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0])
+
+
+def mean_of(done: pd.DataFrame, metric: str) -> float:
+    return column(done, f"metrics.{metric}").mean()
+
+
+def std_of(done: pd.DataFrame, metric: str) -> float:
+    return column(done, f"metrics.{metric}").std()   # NaN for one seed
+
+
+def tags_of(g: pd.DataFrame, key: str) -> str:
+    return ", ".join(dict.fromkeys(g[f"tags.{key}"].dropna().astype(str))) if f"tags.{key}" in g else ""
+
+
+def md_cell(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(head: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows)]
+
+
+def seeds_cell(r: dict) -> str:
+    return f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
+
+
+def failure_cell(r: dict) -> str:
+    return f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else \
+        ("" if r["status"] == "FINISHED" else r["status"])
+
+
+def no_data(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} logged", transform=ax.transAxes, ha="center", va="center", color="gray")
+
+
+def write_files(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path],
+           claims: list[str] = ()) -> list[Path]:
+    lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), "", *claims]
+    csv = atomic_write(out_dir / f"{study}.csv", table.to_csv(index=False, float_format="%.6g"))
+    md = atomic_write(out_dir / f"{study}.md", "\n".join(lines))
+    return [md, csv, *plots]

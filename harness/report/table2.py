@@ -1,0 +1,177 @@
+"""Table 2 in the paper's layout: base and big, BLEU with and without checkpoint averaging, and the
+training cost two ways beside the paper's (MLflow -> reports/<study>.md, .csv, PNGs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.paper import load_tables
+from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
+
+# Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training).
+T2_ROWS = {"base": "Transformer (base model)", "big": "Transformer (big)"}
+T2_ARCH = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
+           "P_drop": "model.p_drop", "average_last": "train.average_last"}
+
+
+def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
+    """One line per row: test/dev BLEU (mean and std over FINISHED seeds), PPL, size, time, and the cost two
+    ways (the paper's: seconds x 1 device x this device's matmul rate; counted: train_flops), with the
+    paper's EN-DE BLEU and cost beside."""
+    paper = load_tables()["table2"]["rows"]
+    runs = runs.assign(cost_paper_way=column(runs, "metrics.train_seconds")
+                       * column(runs, "metrics.device_matmul_tflops") * 1e12,
+                       cost_counted=column(runs, "metrics.train_flops"))
+    runs["implied_utilization"] = runs["cost_counted"] / runs["cost_paper_way"]
+    records = []
+    for row, g, done, status, reason in row_groups(runs, row_order(runs, list(T2_ROWS), declared)):
+        src = (done if len(done) else g).iloc[0]
+        name = T2_ROWS.get(row, "")
+        rec = {"row": row, "paper_model": name, "status": status, "n_seeds": len(g), "n_finished": len(done),
+               "data": text_of(src, "params.data.name"), **{c: param_of(src, k) for c, k in T2_ARCH.items()}}
+        for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last"):
+            rec[f"{m}_mean"], rec[f"{m}_std"] = mean_of(done, m), std_of(done, m)
+        # What averaging the last checkpoints bought over the last checkpoint alone, seed by seed.
+        rec["averaging_gain_bleu_tok"] = (column(done, "metrics.test_bleu_tok")
+                                          - column(done, "metrics.test_bleu_tok_last")).mean()
+        rec.update({m: mean_of(done, m) for m in ("dev_ppl", "test_ppl", "steps", "averaged_checkpoints",
+                                                "train_seconds", "eval_seconds", "tokens_seen",
+                                                "flops_per_target_token", "device_matmul_tflops")})
+        rec["params_M"] = mean_of(done, "params") / 1e6
+        rec["train_minutes"] = rec["train_seconds"] / 60
+        rec.update({c: done[c].mean() for c in ("cost_paper_way", "cost_counted", "implied_utilization")})
+        rec["device"] = tags_of(done, "device")
+        theirs = paper.get(name, {})
+        rec.update({f"paper_{k}": theirs.get(k, NAN) for k in ("bleu_en_de", "bleu_en_fr", "cost_en_de")})
+        rec["failure_reason"] = reason
+        records.append(rec)
+    return pd.DataFrame.from_records(records).astype({f"paper_{k}": float for k in
+                                                      ("bleu_en_de", "bleu_en_fr", "cost_en_de")})
+
+
+def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[dict]) -> list[str]:
+    t2 = load_tables()["table2"]
+    lines = header_lines(study, results, t2["caption"])
+    m = t2.get("metrics", {})
+    lines += ["The paper's values come from harness/paper/tables.yaml (Vaswani et al. 2017, arXiv:1706.03762 v7). "
+              f"Paper BLEU: {m.get('bleu', '?')}. Paper cost: {m.get('cost', '?')}.", ""]
+    if synthetic_data(results["runs"]):
+        lines += ["This invocation trained on the made-up corpus (`data.name=synth`) with shrunken models, not "
+                  "WMT14: our BLEU is not comparable with the paper's newstest2014 BLEU, nor our costs with its "
+                  "GPUs'; what carries over is how the cost is computed, and the utilization the two ways imply.", ""]
+    lines += ["## The paper's Table 2, as published", ""]
+    lines += md_table(["Model", "BLEU EN-DE", "BLEU EN-FR", "Training cost (FLOPs) EN-DE", "Training cost (FLOPs) EN-FR"],
+                       [[name, num(r.get("bleu_en_de"), "{:g}"), num(r.get("bleu_en_fr"), "{:g}"),
+                         num(r.get("cost_en_de"), "{:.1e}"), num(r.get("cost_en_fr"), "{:.1e}")]
+                        for name, r in ((n, {k: NAN if v is None else v for k, v in r.items()})
+                                        for n, r in t2["rows"].items())])
+    lines += ["", "## Ours", "",
+              "BLEU on our test split: `sacre` is sacreBLEU (detokenized, 13a), `tok` the paper's tokenized "
+              "definition; means ± sample std (ddof=1) over the seeds that FINISHED (`seeds` = finished / run). "
+              "Cost the paper's way = training seconds × 1 device × this device's measured matmul rate "
+              "(`device_matmul_tflops`, standing for footnote 5's assumed rate per GPU); counted = the model's "
+              "FLOPs over the tokens trained on (harness/probes/flops.py); implied utilization = counted / "
+              "the paper's way. Checkpoints: averaged / requested; the last checkpoint alone is scored on the same "
+              "test sentences before averaging, so the Δ column is what averaging (§6.1) did.", ""]
+    head = ["row", "paper model", "N, d_model, d_ff, h", "seeds", "test BLEU sacre", "test BLEU tok", "dev PPL",
+            "test PPL", "test BLEU tok, last checkpoint alone", "Δ BLEU tok from averaging", "test PPL, last alone",
+            "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
+            "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "paper BLEU EN-DE",
+            "paper cost EN-DE (FLOPs)", "notes"]
+    body = []
+    for r in table.to_dict("records"):
+        arch = ", ".join(num(r[c], "{:g}") for c in ("N", "d_model", "d_ff", "h"))
+        body.append([f"**{r['row']}**", r["paper_model"] or "–", arch, seeds_cell(r),
+                     pm(r["test_bleu_mean"], r["test_bleu_std"]), pm(r["test_bleu_tok_mean"], r["test_bleu_tok_std"]),
+                     num(r["dev_ppl"]), num(r["test_ppl"]),
+                     pm(r["test_bleu_tok_last_mean"], r["test_bleu_tok_last_std"]),
+                     num(r["averaging_gain_bleu_tok"], "{:+.2f}"), num(r["test_ppl_last_mean"]),
+                     num(r["params_M"], "{:.3g}"), num(r["steps"], "{:.0f}"),
+                     f"{num(r['averaged_checkpoints'], '{:g}')} / {num(r['average_last'], '{:g}')}",
+                     num(r["train_minutes"], "{:.1f}"), num(r["device_matmul_tflops"], "{:.3g}"),
+                     num(r["cost_paper_way"], "{:.2e}"), num(r["cost_counted"], "{:.2e}"),
+                     num(100 * r["implied_utilization"], "{:.1f} %"), num(r["paper_bleu_en_de"], "{:g}"),
+                     num(r["paper_cost_en_de"], "{:.1e}"), failure_cell(r)])
+    lines += md_table(head, body)
+    lines += ["", "## The paper's own cost, two ways", "",
+              "The paper's cost is training time × GPUs × an assumed sustained rate per GPU (footnote 5). "
+              "Recomputed from §5.2's hours and GPUs, and against it the model's FLOPs counted per step (for "
+              "25 k source + 25 k target tokens, harness/probes/cost.py) × the steps: their ratio is the "
+              "utilization of the assumed rate that the paper's own runs imply.", ""]
+    gpu = {name: run.get("gpu", "?") for name, run in t2.get("training", {}).items()}
+    lines += md_table(["model", "GPUs × hours", "assumed TFLOPS per GPU", "paper cost (FLOPs)",
+                        "recomputed (FLOPs)", "counted FLOPs per step", "steps", "counted FLOPs",
+                        "implied utilization", "achieved TFLOPS per GPU"],
+                       [[c["model"], f"{c['gpus']} {gpu.get(c['model'], '?')} × {c['hours']:g} h",
+                         num(c["assumed_tflops_per_gpu"], "{:g}"), num(c["paper_cost"], "{:.1e}"),
+                         num(c["paper_method_recomputed"], "{:.2e}"), num(c["step_flops"], "{:.3e}"),
+                         f"{c['steps']:,}", num(c["counted_cost"], "{:.2e}"),
+                         num(100 * c["implied_utilization"], "{:.1f} %"), num(c["achieved_tflops_per_gpu"])]
+                        for c in costs])
+    return lines
+
+
+def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path) -> Path:
+    """Left: our test BLEU against training cost, both ways. Right: the paper's EN-DE BLEU against its cost."""
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    ours, theirs = fig.subplots(1, 2)
+    ok = table.dropna(subset=["test_bleu_tok_mean"])
+    for col, fmt, label in (("cost_counted", "o", "counted FLOPs"), ("cost_paper_way", "s", "the paper's way")):
+        pts = ok.dropna(subset=[col])
+        if len(pts):
+            ours.errorbar(pts[col], pts["test_bleu_tok_mean"], yerr=pts["test_bleu_tok_std"].fillna(0), fmt=fmt,
+                          mfc="none" if fmt == "s" else None, capsize=3, label=f"BLEU tok vs cost, {label}")
+            for r in pts.itertuples(index=False):
+                ours.annotate(r.row, (getattr(r, col), r.test_bleu_tok_mean), textcoords="offset points",
+                              xytext=(4, 4), fontsize=8)
+    if ours.get_legend_handles_labels()[0]:
+        ours.set_xscale("log")
+        ours.legend(fontsize=7)
+    else:
+        no_data(ours, "finished rows")
+    ours.set(xlabel="training cost (FLOPs)", ylabel="test BLEU (tokenized)", title=f"{study}: ours")
+    rows = [(n, r["cost_en_de"], r["bleu_en_de"]) for n, r in load_tables()["table2"]["rows"].items()
+            if r.get("cost_en_de") is not None and r.get("bleu_en_de") is not None]
+    if rows:
+        theirs.plot([c for _, c, _ in rows], [b for _, _, b in rows], "o", color="C1")
+        for name, cost, bleu in rows:
+            theirs.annotate(name, (cost, bleu), textcoords="offset points", xytext=(4, 2), fontsize=6)
+        theirs.set_xscale("log")
+    theirs.set(xlabel="training cost (FLOPs)", ylabel="newstest2014 EN-DE BLEU", title="the paper's Table 2")
+    return save_png(fig, path)
+
+
+def plot_table2_utilization(study: str, table: pd.DataFrame, costs: list[dict], path: Path) -> Path:
+    """Counted FLOPs / cost the paper's way: ours (of this device's matmul rate) and the paper's (of a P100's)."""
+    t2 = load_tables()["table2"]
+    bars = [(f"{r['row']} (ours, {r['device'] or '?'})", 100 * r["implied_utilization"], "C0")
+            for r in table.to_dict("records") if pd.notna(r["implied_utilization"])]
+    bars += [(f"{c['model']}\n(paper, {t2['training'][c['model']].get('gpu', '?')})", 100 * c["implied_utilization"],
+              "C1") for c in costs]
+    fig = Figure(figsize=(max(6, 1.6 * len(bars)), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    if bars:
+        ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
+        for i, (_, v, _) in enumerate(bars):
+            ax.annotate(f"{v:.1f} %", (i, v), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    else:
+        no_data(ax, "costs")
+    ax.set(ylabel="counted FLOPs / cost the paper's way (%)",
+           title=f"{study}: implied utilization of the assumed rate (ours: this device's matmul rate)")
+    return save_png(fig, path)
+
+
+def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
+    # The paper rows' counted costs come from the study's parent run (the runner counts them: a report
+    # never imports the model); a store written before they were logged shows none.
+    costs = json.loads(results["parent"]["tags"].get("paper_costs") or "[]")
+    table = summarize_table2(results["runs"], declared_rows(results["parent"]))
+    plots = [plot_table2_bleu_vs_cost(study, table, out_dir / f"{study}_bleu_vs_cost.png"),
+             plot_table2_utilization(study, table, costs, out_dir / f"{study}_utilization.png")]
+    return write_files(study, out_dir, render_table2(study, results, table, costs), table, plots,
+                  claims_section(study, results["runs"], uri))

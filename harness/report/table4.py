@@ -1,0 +1,116 @@
+"""Table 4 in the paper's layout: parsing F1 (unconstrained and tree-constrained decoding) beside the
+paper's rows (MLflow -> reports/<study>.md, .csv, PNGs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.paper import load_tables
+from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
+
+T4_SETUP = {"train_trees": "data.train_pairs", "N": "model.n_layers", "d_model": "model.d_model",
+            "beam": "train.beam_size", "alpha": "train.alpha", "max_extra": "train.max_extra"}
+T4_SCORES = ("f1", "recall", "precision", "complete_match", "average_crossing", "well_formed", "parsed_sentences")
+
+
+def _table4_ours() -> dict[str, str]:
+    """Our row -> the paper's row whose `ours` names it (tables.yaml)."""
+    return {spec["ours"]: name for name, spec in load_tables()["table4"]["rows"].items() if spec.get("ours")}
+
+
+def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
+    """One line per row: setup as run, test and dev parse scores (mean over FINISHED seeds; F1 with std),
+    PPL, size and time, with the paper's F1 for the Transformer row that names it."""
+    rows, ours = load_tables()["table4"]["rows"], _table4_ours()
+    records = []
+    for row, g, done, status, reason in row_groups(runs, row_order(runs, list(ours), declared)):
+        src = (done if len(done) else g).iloc[0]
+        name = ours.get(row, "")
+        rec = {"row": row, "paper_parser": name, "paper_f1": float(rows[name]["f1"]) if name else NAN,
+               "status": status, "n_seeds": len(g), "n_finished": len(done), "data": text_of(src, "params.data.name"),
+               **{c: param_of(src, k) for c, k in T4_SETUP.items()}}
+        for split in ("test", "dev"):
+            rec.update({f"{split}_{s}": mean_of(done, f"{split}_{s}") for s in T4_SCORES})
+            rec[f"{split}_f1_std"] = std_of(done, f"{split}_f1")
+        rec.update({m: mean_of(done, m) for m in ("dev_ppl", "test_ppl", "steps", "train_seconds",
+                                                "test_f1_constrained", "test_well_formed_constrained",
+                                                "dev_f1_constrained")})
+        rec["params_M"] = mean_of(done, "params") / 1e6
+        rec["train_minutes"] = rec["train_seconds"] / 60
+        rec["failure_reason"] = reason
+        records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
+    t4 = load_tables()["table4"]
+    lines = header_lines(study, results, t4["caption"])
+    setup = ", ".join(f"{k} {v}" for k, v in t4.get("setup", {}).items())
+    lines += ["The paper's values come from harness/paper/tables.yaml (Vaswani et al. 2017, arXiv:1706.03762 v7): "
+              f"{t4.get('metrics', {}).get('f1', 'F1')}. The paper's setup (§6.3): {setup}.", "",
+              "Our outputs are repaired into trees over their sentences and scored as EVALB does (COLLINS.prm); "
+              "`well-formed` is the share of raw outputs that were already trees before the repair. Means (F1: "
+              "± sample std, ddof=1) over the seeds that FINISHED; `seeds` = finished / run.", ""]
+    if synthetic_data(results["runs"]):
+        lines += ["This invocation parsed the made-up grammar's trees (`data.name=synth`), not the Penn Treebank, "
+                  "with shrunken models: our F1 is not comparable with the paper's WSJ section 23 F1; only the "
+                  "comparison between our rows (more training trees against fewer) is.", ""]
+    by = {r["row"]: r for r in table.to_dict("records")}
+    body = []
+    for name, spec in t4["rows"].items():
+        mine = spec.get("ours")
+        r = by.get(mine) if mine else None
+        cell = "" if not mine else f"– (`{mine}` not run)" if r is None else \
+            f"{pm(r['test_f1'], r['test_f1_std'])} (`{mine}`)" if r["n_finished"] else f"{failure_cell(r)} (`{mine}`)"
+        body.append([name, spec.get("training", "–"), num(spec.get("f1"), "{:.1f}"), cell])
+    lines += ["## Table 4 as published, ours beside", ""]
+    lines += md_table(["Parser", "Training", "WSJ 23 F1", "ours: F1 (test)"], body)
+    lines += ["", "`constrained` (not the paper's; `train.constrained`): the same sentences decoded again with only "
+              "the tokens allowed that keep the output a tree over exactly the sentence's words "
+              "(harness/eval/parse.py TreeConstraint); its outputs are trees by construction."]
+    head = ["row", "data", "training trees", "N", "d_model", "beam", "alpha", "seeds", "F1 test", "F1 dev",
+            "recall", "precision", "complete match %", "avg crossing", "well-formed %", "F1 test, constrained",
+            "F1 dev, constrained", "test PPL", "params (M)", "steps", "training (min)", "paper F1", "notes"]
+    body = [[f"**{r['row']}**", r["data"] or "–", num(r["train_trees"], "{:.0f}"), num(r["N"], "{:g}"),
+             num(r["d_model"], "{:g}"), num(r["beam"], "{:g}"), num(r["alpha"], "{:g}"), seeds_cell(r),
+             pm(r["test_f1"], r["test_f1_std"]), pm(r["dev_f1"], r["dev_f1_std"]), num(r["test_recall"]),
+             num(r["test_precision"]), num(r["test_complete_match"]), num(r["test_average_crossing"]),
+             num(r["test_well_formed"], "{:.1f}"), num(r.get("test_f1_constrained")),
+             num(r.get("dev_f1_constrained")), num(r["test_ppl"]), num(r["params_M"], "{:.3g}"),
+             num(r["steps"], "{:.0f}"), num(r["train_minutes"], "{:.1f}"), num(r["paper_f1"], "{:.1f}"),
+             failure_cell(r)] for r in table.to_dict("records")]
+    lines += ["", "## Ours in detail (test split unless marked dev)", "", *md_table(head, body)]
+    return lines
+
+
+def plot_table4_f1(study: str, table: pd.DataFrame, path: Path) -> Path:
+    """Test and dev F1 per row (ours), with the paper's WSJ 23 F1 marked on the rows that map to it."""
+    fig = Figure(figsize=(max(5, 1.5 * len(table) + 2), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    x = list(range(len(table)))
+    for shift, split, color in ((-0.2, "test", "C0"), (0.2, "dev", "C2")):
+        ax.bar([i + shift for i in x], table[f"{split}_f1"].fillna(0), width=0.4,
+               yerr=table[f"{split}_f1_std"].fillna(0), capsize=3, color=color, label=f"ours, {split} F1")
+    paper = table["paper_f1"]
+    if paper.notna().any():
+        ax.plot([i for i, v in zip(x, paper) if pd.notna(v)], paper.dropna(), "k_", ms=30, mew=2,
+                label="paper, WSJ 23 F1")
+    ax.set_xticks(x, [r["row"] + ("" if r["status"] == "FINISHED" else f"\n{r['status']}")
+                      for r in table.to_dict("records")])
+    ax.set(ylabel="bracketing F1", ylim=(0, 100), title=f"{study}: parsing F1 per row")
+    ax.legend(fontsize=8, loc="best")
+    return save_png(fig, path)
+
+
+def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
+    runs = results["runs"]
+    table = summarize_table4(runs, declared_rows(results["parent"]))
+    plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png"),
+             plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
+    return write_files(study, out_dir, render_table4(study, results, table), table, plots, claims_section(study, runs, uri))
+
+
+# The paper table (the parent's `table` tag) -> its writer: (study, results, uri, out_dir) -> [md, csv, *pngs].

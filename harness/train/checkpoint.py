@@ -1,0 +1,139 @@
+"""Checkpoints: written atomically, loaded with weights_only=True, refused when another config or format
+version wrote them. A checkpoint holds the model, the optimizer, the step, the batch stream's position,
+the run's clock and the RNG state, so that a resumed run repeats the uninterrupted one exactly."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from harness.errors import UserError
+
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:        # written whole and synced, then renamed: a reader sees all or nothing
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, never unpickle arbitrary objects
+        raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}); delete it to restart "
+                        "from the previous one.") from None
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    return sorted(ckpt_dir.glob("step_*.pt"))
+
+
+def latest_readable_checkpoint(ckpt_dir: Path) -> dict | None:
+    """The newest checkpoint that loads. One that does not (truncated, corrupted) is renamed *.corrupt, with
+    a warning, and the one before it is used; the trial then repeats the steps in between."""
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return load_checkpoint(path)
+        except UserError as err:
+            path.rename(path.with_name(path.name + ".corrupt"))
+            print(f"warning: {err} Renamed it {path.name}.corrupt; resuming from the one before.",
+                  file=sys.stderr, flush=True)
+    return None
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints (§6.1: last 5 for base, 20 for big)."""
+    avg: dict[str, torch.Tensor] = {}
+    for p in paths:
+        for k, v in load_checkpoint(p)["model"].items():
+            avg[k] = avg.get(k, 0) + v.double() / len(paths)
+    return {k: v.float() for k, v in avg.items()}
+
+
+def rng_state(device: torch.device) -> dict:
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_state(rng: dict, device: torch.device) -> None:
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+
+
+class Checkpointer:
+    """Saves and restores one run's checkpoints in `ckpt_dir` (step_XXXXXXXX.pt), keeps the newest `keep`,
+    and averages the last n. `config` is the run's resolved config: a checkpoint written under another one
+    is refused. `every` steps and `minutes` of wall time set when `maybe_save` writes (0: never by that
+    rule). Only the main rank writes (is_main); every rank restores."""
+
+    def __init__(self, ckpt_dir: Path, config: dict, device: torch.device, *, keep: int = 2, every: int = 0,
+                 minutes: float = 0.0, is_main: bool = True):
+        self.dir, self.config, self.device = Path(ckpt_dir), config, device
+        self.keep, self.every, self.minutes, self.is_main = keep, every, minutes, is_main
+        self.last_time = time.perf_counter()
+
+    def path(self, step: int) -> Path:
+        return self.dir / f"step_{step:08d}.pt"
+
+    def restore(self, model, opt, stream=None) -> tuple[int, dict]:
+        """Load the newest readable checkpoint into model, optimizer, stream and the RNG. Returns the step
+        (0 without a checkpoint) and the clock saved with it (train_seconds, tokens_seen)."""
+        state = latest_readable_checkpoint(self.dir)
+        if state is None:
+            return 0, {"train_seconds": 0.0, "tokens_seen": 0}
+        if state.get("version") != CHECKPOINT_VERSION or state.get("config") != self.config:
+            raise UserError(f"checkpoint {list_checkpoints(self.dir)[-1]} was written by another config or "
+                            "version; use a new --out directory or delete its checkpoints.")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        if stream is not None:
+            stream.load_state_dict({"epoch": state["epoch"], "position": state["position"]})
+        set_rng_state(state["rng"], self.device)
+        return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"]}
+
+    def save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
+        """Write the state after `step`; stream_state is the stream's state_dict (epoch, position)."""
+        if not self.is_main:
+            return
+        save_checkpoint(self.path(step), {
+            "version": CHECKPOINT_VERSION, "config": self.config, "model": model.state_dict(),
+            "optimizer": opt.state_dict(), "step": step, "epoch": stream_state["epoch"],
+            "position": stream_state["position"], "train_seconds": clock["train_seconds"],
+            "tokens_seen": clock["tokens_seen"], "rng": rng_state(self.device)})
+        self.prune(self.keep)
+
+    def due(self, step: int) -> bool:
+        """Whether `maybe_save` writes after `step`: every `every` steps or `minutes` after the last."""
+        self.now = time.perf_counter()
+        return bool((self.every and step % self.every == 0) or
+                    (self.minutes and self.now - self.last_time >= self.minutes * 60))
+
+    def maybe_save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
+        if self.due(step):
+            self.save(step, model, opt, stream_state, clock)
+            self.last_time = self.now
+
+    def save_final(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
+        """The final state, unless the checkpoint of this step was just written."""
+        if not self.path(step).exists():
+            self.save(step, model, opt, stream_state, clock)
+
+    def prune(self, keep: int) -> None:
+        for old in list_checkpoints(self.dir)[:-keep]:
+            old.unlink()
+
+    def average(self, n: int) -> tuple[dict[str, torch.Tensor], int]:
+        """The mean weights of the last n checkpoints, and how many there were."""
+        paths = list_checkpoints(self.dir)[-n:]
+        return average_checkpoints(paths), len(paths)

@@ -1,0 +1,84 @@
+"""Training settings (§5): `TrainConfig`, the learning-rate schedule (§5.3) and the preset settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 100_000               # §5.2: 100 k steps for base, 300 k for big
+    warmup: int = 4000                 # §5.3 warmup_steps
+    lr_scale: float = 1.0              # multiplies the paper's schedule (1.0 is the paper's formula)
+    label_smoothing: float = 0.1       # §5.4 eps_ls
+    max_tokens: int = 25_000           # padded tokens per side in one forward pass (a micro-batch)
+    batch_tokens: int = 25_000         # tokens per side in one update; > max_tokens accumulates gradients
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    seed: int = 0
+    max_minutes: float = 0.0           # stop training after this wall time (0: no limit)
+    checkpoint_every: int = 1000       # steps between checkpoints (0: only by time and at the end)
+    checkpoint_minutes: float = 10.0   # §6.1: checkpoints written every 10 minutes
+    average_last: int = 0              # average the last n checkpoints (Table 2: 5 base, 20 big; Table 3: none)
+    eval_every: int = 0                # steps between dev evaluations (0: at the end only)
+    beam_size: int = 4                 # §6.1: beam 4, alpha 0.6, max length input + 50
+    alpha: float = 0.6
+    max_extra: int = 50
+    bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
+    eval_test: bool = False            # also score the test set (Table 2)
+    # DEVIATION (off by default): constrained decodes parses a second time under a tree constraint
+    # (harness/eval/parse.py TreeConstraint), reported beside the paper's unconstrained search + repair.
+    constrained: bool = False          # parsing: also decode under the tree constraint (its own column)
+    log_every: int = 50
+    device: str = "auto"               # auto | cpu | cuda | cuda:N
+    amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
+    compile: bool = False              # torch.compile the encoder-decoder (the projection + loss stay eager)
+    compile_mode: str = "default"      # torch.compile mode; reduce-overhead adds CUDA graphs (static shapes)
+    # DEVIATION (off by default): shape_buckets groups pairs by rounded length into batches of fixed rows,
+    # so a batch carries up to a fifth more padding and fewer real tokens than §5.1's length-sorted batches.
+    shape_buckets: bool = False        # batches of a few fixed shapes (bucket_batches): one compile per shape
+    prefetch: int = 2                  # batches gathered ahead on a background thread (0: in the loop)
+    # DEVIATION (off by default): pack fills max_tokens with real tokens, so a packed batch holds more pairs
+    # than a padded one of the same budget (the padding fraction more); each sentence's arithmetic is unchanged.
+    pack: bool = False                 # sentences end to end without padding, variable-length attention (GPU)
+
+    def validate(self) -> None:
+        for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra"):
+            if getattr(self, name) < 0:
+                raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise UserError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}.")
+        if self.warmup == 0:
+            raise UserError("warmup must be at least 1 step: the paper's schedule divides by warmup^1.5.")
+        if self.compile_mode not in COMPILE_MODES:
+            raise UserError(f"compile_mode {self.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
+        if self.prefetch < 0:
+            raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
+        if self.pack and self.shape_buckets:
+            raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
+                            "set one of them.")
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """§5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1."""
+    step = max(step, 1)
+    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+# Training settings that go with each model preset. tiny: shrunk so that a run fits a CPU in minutes.
+TRAIN_PRESETS: dict[str, TrainConfig] = {
+    "paper_base": TrainConfig(),
+    "paper_big": TrainConfig(steps=300_000),
+    "modern_base": TrainConfig(),
+    "tiny": TrainConfig(steps=1500, warmup=300, max_tokens=4096, batch_tokens=4096, checkpoint_every=500,
+                        checkpoint_minutes=0.0, log_every=50, bleu_sentences=500),
+}

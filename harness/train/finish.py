@@ -1,0 +1,60 @@
+"""The finish of a run: checkpoint averaging (§6.1), the final dev (and test) evaluation with BLEU, and
+metrics.json and dev_translations.txt in the run directory."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from harness.eval.evaluate import evaluate
+from harness.train.checkpoint import Checkpointer
+from harness.train.compile import _compiled_graphs
+from harness.train.config import TrainConfig
+
+
+def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer) -> tuple[dict, list]:
+    """Average the last cfg.average_last checkpoints into the model (when more than one), then score it.
+    With eval_test, the last checkpoint alone is scored on the test set first (the *_last metrics)."""
+    eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
+                       max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
+                       autocast=autocast, constrained=cfg.constrained)
+    averaged, last_metrics = 0, {}
+    if cfg.average_last > 1:
+        if cfg.eval_test:   # what averaging buys: the last checkpoint alone, scored on the test set first
+            scored, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+            last_metrics = {f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))}
+        weights, averaged = ckpt.average(cfg.average_last)
+        model.load_state_dict(weights)
+    metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
+    if cfg.eval_test:
+        test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+        metrics.update(test_metrics)
+    metrics.update(last_metrics)
+    metrics["averaged_checkpoints"] = averaged
+    return metrics, hyps
+
+
+def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, out: Path, run: dict,
+           is_main: bool = True) -> dict:
+    """The final metrics: the evaluation's, then `run` (what the loop measured), then the corpus's.
+    The main rank writes metrics.json and the first 50 dev translations."""
+    t_eval = time.perf_counter()
+    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt)
+    train_data = data.train.data
+    averaged = metrics.pop("averaged_checkpoints")
+    run = dict(run)
+    stopped = run.pop("stopped_by_time")
+    metrics.update(run)
+    metrics.update({
+        "compiled_graphs": _compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
+        "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,
+        "device": str(device), "vocab_size": data.tokenizer.vocab_size,
+        "dev_truncated": data.dev.data.truncated, "mean_src_len": float(train_data.src_lens.mean()),
+        "mean_tgt_len": float(train_data.tgt_lens.mean())})
+    if is_main:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
+            for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:
+                f.write(f"SRC {src}\nREF {ref}\nHYP {hyp}\n\n")
+    return metrics

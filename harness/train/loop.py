@@ -1,0 +1,119 @@
+"""The training loop (§5): set up the components, then update, log, evaluate, checkpoint and call the
+hooks until the last step or the time limit; the finish step scores the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from model import Transformer, TransformerConfig, count_parameters
+
+from harness.system import pin_allocator
+from harness.data.corpus import DataConfig, Dataset, load_dataset
+from harness.eval.evaluate import perplexity
+from harness.train.checkpoint import Checkpointer
+from harness.train.compile import training_loss
+from harness.train.config import TrainConfig, learning_rate
+from harness.io import check_writable
+from harness.train.device import autocast_for, resolve_device
+from harness.train.finish import finish
+from harness.train.log import MetricsLog
+from harness.train.stream import BatchStream
+
+# A hook is called after each step's backward pass and before the update: hook(step, loss_sum) returns the
+# loss sum to use (the fault hooks of harness/trial.py replace it, raise or end the process).
+StepHook = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def train_step(model, opt, loss_fn, micro: list, lr: float, label_smoothing: float, device, autocast
+               ) -> tuple[torch.Tensor, int]:
+    """Forward and backward over the micro-batches of one update (the optimizer step is the caller's).
+    Returns the summed loss and the target tokens it covers."""
+    n_tokens = sum(b.n_tgt_tokens for b in micro)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), device=device)
+    for b in micro:
+        b = b.to(device)
+        with autocast():
+            loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, label_smoothing, packing=b.packing)
+        (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
+        loss_sum += loss.detach()
+    return loss_sum, n_tokens
+
+
+def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path,
+          dataset: Dataset | None):
+    """The device, the data, the resolved config (written to config.json), the seeded model and Adam."""
+    cfg.validate()
+    device = resolve_device(cfg.device)
+    if device.type == "cpu":
+        pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
+    check_writable(out, "output directory", "choose a writable path")
+    data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
+    model_cfg = model_cfg.replace(vocab_size=data.tokenizer.vocab_size)
+    resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
+    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    torch.manual_seed(cfg.seed)
+    model = Transformer(model_cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                           eps=cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
+    return device, data, resolved, model, opt
+
+
+def train(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
+          quiet: bool = False, dataset: Dataset | None = None, on_log: Callable[[int, dict], None] | None = None,
+          hooks: tuple[StepHook, ...] = ()) -> dict:
+    """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics.
+    on_log(step, metrics) receives each metrics row (the study runner forwards them to MLflow)."""
+    out = Path(out_dir)
+    device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset)
+    autocast = autocast_for(device, cfg.amp)
+    lr_at = lambda s: learning_rate(s, model.cfg.d_model, cfg.warmup, cfg.lr_scale)  # noqa: E731
+    stream = BatchStream(data.train.data, cfg, device, where=str(data.root))
+    loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
+    ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
+                        every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes)
+    step, clock = ckpt.restore(model, opt, stream)
+    log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log).open(step)
+    out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
+    model.train()
+    with stream:
+        while step < cfg.steps and not out_of_time():
+            t0 = time.perf_counter()
+            loss_sum, n_tokens = train_step(model, opt, loss_fn, stream.next_update(), lr_at(step + 1),
+                                            cfg.label_smoothing, device, autocast)
+            for hook in hooks:
+                loss_sum = hook(step + 1, loss_sum)
+            loss = float(loss_sum) / n_tokens
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss} at step {step + 1}; the update was skipped.")
+            opt.step()
+            step, dt = step + 1, time.perf_counter() - t0
+            clock["train_seconds"] += dt
+            clock["tokens_seen"] += n_tokens
+            log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
+            if log.should_eval(step):
+                log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)})
+                model.train()
+            ckpt.maybe_save(step, model, opt, stream.state_dict(), clock)
+    ckpt.save_final(step, model, opt, stream.state_dict(), clock)
+    log.close()
+    return finish(model, data, cfg, device, autocast, ckpt, out, {
+        "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
+        "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
+        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps})
+
+
+def clock_metrics(clock: dict, step: int) -> dict:
+    t = clock["train_seconds"]
+    return {"train_seconds": t, "tokens_per_s": clock["tokens_seen"] / max(t, 1e-9),
+            "step_time_s": t / max(step, 1), "tokens_seen": clock["tokens_seen"]}

@@ -1,0 +1,185 @@
+"""The kernels that compute Eq. 1, softmax(Q K^T / sqrt(d_k)) V, behind one call: `attend`.
+
+`model.attention.reference_attention` is the equation written out; each kernel here gives the same result faster
+on some device (tests hold every one to the reference):
+
+- `sdpa`: torch's fused scaled_dot_product_attention, which builds no (T x S) score tensor;
+- `explicit`: two matmuls and a written-out softmax, faster on a CPU for short key rows;
+- a packed batch (sentences end to end, no padding): the variable-length flash kernel where it runs (CUDA,
+  half precision, no attention dropout), else the same sentences put back into a padded layout.
+
+The kernel is chosen once, by the `kernel` argument of `MultiHeadAttention`: "auto" lets the device and the
+number of keys decide at each call, "sdpa" and "explicit" force one (the parity tests and the FLOP counter).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from .layers import dropout
+
+Kernel = Literal["auto", "sdpa", "explicit"]
+
+# On a CPU, attention over at most this many keys takes the explicit path (see `explicit`).
+CPU_EXPLICIT_MAX_KEYS = 64
+
+
+@dataclass
+class Packed:
+    """Sentences laid end to end in one row of N tokens, without padding: token i is position pos[i] of
+    sentence seq[i]. cu holds the cumulative lengths (0, l_0, l_0 + l_1, ..., N) that variable-length
+    attention kernels take."""
+
+    lengths: torch.Tensor     # (n,) tokens per sentence
+    cu: torch.Tensor          # (n + 1,) int32
+    seq: torch.Tensor         # (N,)
+    pos: torch.Tensor         # (N,)
+    max_len: int
+
+    @classmethod
+    def of(cls, lengths: torch.Tensor) -> "Packed":
+        lengths = lengths.long()
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.long, device=lengths.device)
+        cu[1:] = lengths.cumsum(0)
+        seq = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+        pos = torch.arange(int(cu[-1]), device=lengths.device) - cu[:-1].repeat_interleave(lengths)
+        return cls(lengths, cu.int(), seq, pos, int(lengths.max()) if len(lengths) else 0)
+
+    def to(self, device) -> "Packed":
+        return Packed(*(t.to(device, non_blocking=True) for t in (self.lengths, self.cu, self.seq, self.pos)),
+                      self.max_len)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+           causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
+           kernel: Kernel = "auto", gqa: bool | None = None) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V for q (B, h, T, d_k), k (B, h_kv, S, d_k), v (B, h_kv, S, d_v) -> (B, h, T, d_v).
+
+    mask: boolean, broadcast to (B, h, T, S), True where a key may be attended, or None. causal: query i sees
+    keys up to i. h_kv < h is grouped-query attention: each key/value head serves h / h_kv query heads (gqa:
+    whether h_kv < h, None to read it from the shapes, which a traced graph cannot branch on).
+    packed: the (queries, keys) layouts of a packed batch (B = 1, sentences end to end); mask is then unused."""
+    gqa = k.size(1) != q.size(1) if gqa is None else gqa
+    if packed is not None:
+        return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel)
+    if kernel == "auto":
+        short = q.size(-2) > 1 and k.size(-2) <= CPU_EXPLICIT_MAX_KEYS   # one query (a decoding step): SDPA's
+        kernel = "explicit" if q.device.type == "cpu" and short else "sdpa"  # single call costs least
+    if kernel == "sdpa":
+        return sdpa(q, k, v, mask, causal, dropout_p, gqa)
+    if kernel == "explicit":
+        return explicit(q, k, v, mask, causal, dropout_p, gqa)
+    raise ValueError(f"attention kernel {kernel!r} is not one of auto, sdpa, explicit.")
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+         dropout_p: float, gqa: bool) -> torch.Tensor:
+    """torch's SDPA, which picks a fused kernel for the device; `is_causal` for decoder self-attention."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal,
+                                          enable_gqa=gqa)
+
+
+def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+             dropout_p: float, gqa: bool) -> torch.Tensor:
+    """Eq. 1 as two matmuls and `ShortSoftmax`, scaling and masking in place.
+
+    On a CPU with short key rows SDPA's flash kernel spends more on tiling than the arithmetic it saves;
+    this form is faster there."""
+    if gqa:                                      # grouped-query: each K/V head serves a group
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)      # (B, h, T, S), scaled in place
+    # Masks are added as -inf biases: on a CPU a broadcast add is faster than masked_fill_.
+    if causal:
+        t, s = scores.shape[-2:]
+        scores.add_(torch.full((t, s), float("-inf"), dtype=scores.dtype, device=q.device).triu(1))
+    if mask is not None:
+        scores.add_(torch.zeros(mask.shape, dtype=scores.dtype, device=q.device).masked_fill_(~mask, float("-inf")))
+    weights = ShortSoftmax.apply(scores)
+    if dropout_p:
+        weights = dropout(weights, dropout_p, training=True)
+    return weights @ v
+
+
+class ShortSoftmax(torch.autograd.Function):
+    """softmax over the last dimension, written out, with its backward y * (g - sum(g * y)).
+
+    The same function as `Tensor.softmax(-1)` (to float rounding), for the explicit path's short key rows:
+    there ATen's softmax kernel pays per row, and at 10 keys the written-out form is several times faster.
+    Half precision is computed in fp32, as ATen's kernel accumulates."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        y = (xf - xf.amax(-1, keepdim=True)).exp_()
+        y /= y.sum(-1, keepdim=True)
+        ctx.save_for_backward(y)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        g = grad.to(y.dtype)
+        return (y * (g - (g * y).sum(-1, keepdim=True))).to(grad.dtype)
+
+
+try:                                         # flash-attention's variable-length kernel (CUDA, torch >= 2.10)
+    from torch.nn.attention.varlen import varlen_attn
+    _VARLEN_ARGS = set(inspect.signature(varlen_attn).parameters)
+except ImportError:
+    varlen_attn, _VARLEN_ARGS = None, set()
+# Why the varlen kernel failed in this process, if it did: a capability found out once, not a choice.
+_varlen_failed: str | None = None
+
+
+def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
+            gqa: bool) -> torch.Tensor:
+    """varlen_attn on (N, h, d) layouts, across its versions: torch 2.10 takes is_causal, later ones a
+    window_size ((-1, 0) is causal); enable_gqa came later still, and without it K/V heads are repeated."""
+    kwargs = {}
+    if "window_size" in _VARLEN_ARGS:
+        kwargs["window_size"] = (-1, 0) if causal else (-1, -1)
+    elif causal:
+        kwargs["is_causal"] = True
+    if gqa and "enable_gqa" in _VARLEN_ARGS:
+        kwargs["enable_gqa"] = True
+    elif gqa:
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return varlen_attn(q, k, v, pq.cu, pk.cu, pq.max_len, pk.max_len, **kwargs)
+
+
+def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
+                  dropout_p: float, gqa: bool, kernel: Kernel = "auto") -> torch.Tensor:
+    """Attention within each sentence of a packed batch: q (1, h, Nq, d_k), k and v (1, h_kv, Nk, d),
+    query sentence i attending to key sentence i only (causally for decoder self-attention).
+
+    On CUDA with bf16/fp16 inputs and no attention dropout: the variable-length flash kernel, which does
+    the arithmetic of each sentence and nothing more (not with kernel="explicit"). Elsewhere the same result
+    the long way: each sentence put back into a padded (sentences x longest) layout, attended with `kernel`,
+    and gathered out."""
+    global _varlen_failed
+    if (varlen_attn is not None and _varlen_failed is None and q.is_cuda and dropout_p == 0
+            and q.dtype in (torch.bfloat16, torch.float16) and kernel != "explicit"):
+        try:
+            out = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq, pk, causal, gqa)
+            return out.transpose(0, 1)[None]                               # (Nq, h, d_v) -> (1, h, Nq, d_v)
+        except (TypeError, RuntimeError, NotImplementedError) as err:    # an older or partial torch
+            _varlen_failed = f"{type(err).__name__}: {err}"
+            warnings.warn(f"variable-length attention unavailable ({_varlen_failed}); packed batches are "
+                          "attended through a padded layout instead", stacklevel=2)
+
+    def padded(x: torch.Tensor, p: Packed) -> torch.Tensor:           # (1, h, N, d) -> (n, h, L, d)
+        out = x.new_zeros(len(p.lengths), x.size(1), p.max_len, x.size(-1))
+        out[p.seq, :, p.pos] = x[0].transpose(0, 1)
+        return out
+    # Causal self-attention needs no key mask (right padding lies in every real query's future).
+    mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
+    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernel, gqa=gqa)
+    return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)

@@ -1,0 +1,75 @@
+"""model/cuda_graph.py: the static decoding step against the cached step, and captured graphs on CUDA."""
+
+import pytest
+import torch
+
+from model import Transformer, beam_search, greedy
+from small_models import VARIANTS, small
+
+
+@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms"])
+def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
+    """StepGraph runs decode_step with the position as a device tensor, writing the cache there and attending
+    to the whole buffer: what a captured graph replays. Eager here on a CPU: equal logits to the ordinary
+    cached step at every position, also after a beam-style reorder of the caches between steps."""
+    from model.cuda_graph import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS[name])).eval()
+    src = torch.randint(4, 40, (3, 7))
+    src[1, 5:] = 0
+    prefix = torch.randint(4, 40, (3, 9))
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        cache = model.new_cache(3, 9, memory)
+        static = StepGraph(model, memory, mask, model.new_cache(3, 9, memory))
+        for t in range(9):
+            want = model.decode_step(prefix[:, t], memory, mask, cache, t)
+            assert torch.allclose(static(prefix[:, t], t), want, atol=1e-5), t
+            if t == 4:                             # beams 0 and 2 swap places, beam 1 is copied over beam 2
+                order = torch.tensor([2, 0, 0])
+                for caches in (cache, static.cache):
+                    for self_cache, _ in caches:
+                        self_cache.reorder(order)
+                prefix = prefix[order]
+                memory, mask = memory[order], mask[order]
+                static.memory, static.mask = memory, mask
+                for (_, cross), (_, static_cross) in zip(cache, static.cache):
+                    cross.reorder(order)
+                    static_cross.reorder(order)
+
+
+def test_the_static_step_decodes_under_bf16_autocast_as_the_cached_step_does():
+    """Under autocast the projections give bf16 keys while the cache keeps the memory's fp32 (as a GPU's bf16
+    decoding has it): the static step stores them as the ordinary step does, and its logits agree to bf16
+    rounding (a unit in the last place is 1/64 at these magnitudes, so outputs of this untrained model,
+    whose top two logits sometimes tie, are not compared token by token)."""
+    from model.cuda_graph import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS["gqa"])).eval()
+    src = torch.randint(4, 40, (4, 8))
+    src[1, 5:] = 0
+    prefix = torch.randint(4, 40, (4, 10))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        memory, mask = model.encode(src)
+        cache = model.new_cache(4, 16, memory)
+        static = StepGraph(model, memory, mask, model.new_cache(4, 16, memory))
+        for t in range(10):
+            want = model.decode_step(prefix[:, t], memory, mask, cache, t).float()
+            assert (static(prefix[:, t], t).float() - want).abs().max() <= 4 / 64, t
+        outputs = beam_search(model, src, 2, 3, max_extra=8, graph=True)
+    assert len(outputs) == 4 and all(0 < len(o) <= 16 for o in outputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step():
+    from model.cuda_graph import StepGraph
+    torch.manual_seed(0)
+    model = Transformer(small(**VARIANTS["rope"])).cuda().eval()
+    src = torch.randint(4, 40, (6, 9), device="cuda")
+    src[2, 6:] = 0
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        assert StepGraph(model, memory, mask, model.new_cache(6, 12, memory)).graph is not None
+    assert greedy(model, src, 2, 3, max_extra=8) == greedy(model, src, 2, 3, max_extra=8, graph=False)
+    assert beam_search(model, src, 2, 3, max_extra=8) == beam_search(model, src, 2, 3, max_extra=8, graph=False)
