@@ -14,13 +14,13 @@ import torch
 
 from model import Transformer, TransformerConfig, count_parameters
 
-from harness.system import pin_allocator
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.eval.evaluate import perplexity
+from harness.io import check_writable
+from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
 from harness.train.config import TrainConfig, learning_rate
-from harness.io import check_writable
 from harness.train.device import autocast_for, resolve_device
 from harness.train.finish import finish
 from harness.train.log import MetricsLog
