@@ -156,6 +156,9 @@ def _add_run(sub) -> None:
     run.add_argument("--profile", default=None, help="paper | tiny | ... (default: tiny when the study has it)")
     run.add_argument("--rows", default="", help="comma-separated rows to run (default: all)")
     run.add_argument("--seeds", default="", help="comma-separated seeds (default: the study's)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a setting of every row after the profile, e.g. --set data.seed=2 (another "
+                          "made-up corpus)")
     run.add_argument("--dry-run", action="store_true", help="print the resolved trials and their cost, run nothing")
     run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")

@@ -137,6 +137,26 @@ def test_profiles_name_their_default_seeds():
     assert load_study(ROOT / "studies" / "table3.yaml", "tiny").seeds == [0]
 
 
+def test_run_set_is_laid_over_every_row_after_the_profile():
+    """`run --set data.seed=2` changes the corpus of every trial and nothing else; the trials' hashes change
+    with it, so a resumed study never mistakes one corpus's runs for another's."""
+    from harness import overrides
+    path = ROOT / "studies" / "table3.yaml"
+    plain = load_study(path, "tiny", ["base", "C1"], [0])
+    moved = load_study(path, "tiny", ["base", "C1"], [0], sets=overrides.parse_sets(["data.seed=2", "steps=7"]))
+    for a, b in zip(plain.trials, moved.trials):
+        assert a.data["seed"] != 2 and b.data["seed"] == 2 and b.train["steps"] == 7
+        assert {k: v for k, v in a.data.items() if k != "seed"} == {k: v for k, v in b.data.items() if k != "seed"}
+        assert a.model == b.model and a.config_hash != b.config_hash
+    assert moved.trials[1].model["n_layers"] == 1                    # the row's own settings are kept
+
+
+def test_run_set_is_refused_for_a_probe_study(capsys):
+    assert main(["run", str(ROOT / "studies" / "table1.yaml"), "--set", "d_model=8", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "scaling study" in err and len(err.splitlines()) == 1
+
+
 def test_a_profile_includes_another_study_files_profile_and_lays_its_own_settings_over_it(tmp_path):
     base = (ROOT / "studies" / "table3.yaml").read_text()
     (tmp_path / "table3.yaml").write_text(base)
@@ -220,6 +240,9 @@ def test_malformed_study_is_one_sentence_exit_2_and_nothing_started(case, tmp_pa
     (["--rows", "base,A9"], "has no row 'A9'"),
     (["--seeds", "0,x"], "--seeds"),
     (["--profile", "paper"], "prepare WMT14"),
+    (["--set", "data.sed=2"], "did you mean data.seed"),
+    (["--set", "train.seed=2"], "--seeds"),
+    (["--set", "n_heads=x"], "must be an integer"),
 ])
 def test_bad_run_flags(argv, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

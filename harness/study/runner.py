@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import overrides
 from harness.errors import UserError
 from harness.io import check_writable
 from harness.probes.cost import training_costs
@@ -121,7 +122,7 @@ def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict
 
 
 def run_study(args) -> int:
-    study = load_study(args.study, args.profile, *_selection(args))
+    study = load_study(args.study, args.profile, *_selection(args), sets=overrides.parse_sets(args.set))
     _check_requirements(study)
     if args.dry_run:
         print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "

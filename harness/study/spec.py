@@ -97,7 +97,9 @@ def _section_overrides(chk: _Checker, values: dict, where: str, section: str | N
 
 
 def load_study(path: str | Path, profile: str | None = None, rows: list[str] | None = None,
-               seeds: list[int] | None = None) -> Study:
+               seeds: list[int] | None = None, sets: dict[str, dict] | None = None) -> Study:
+    """The study file resolved into trials. rows and seeds select (None: all rows, the profile's seeds);
+    sets (overrides.parse_sets of `run --set`) is laid over every row after the profile."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
@@ -128,11 +130,12 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     if kind not in LOADERS:
         chk.fail("kind", f"unknown kind {kind!r}{suggest(kind, LOADERS)}; allowed: {', '.join(LOADERS)}.")
     head = dict(path=path, name=name, version=version, table=table, max_failures=max_failures, kind=kind)
-    return LOADERS[kind](chk, raw, head, study_seeds, profile, rows, seeds)
+    sets = {sec: dict(v) for sec, v in (sets or {}).items() if v}
+    return LOADERS[kind](chk, raw, head, study_seeds, profile, rows, seeds, sets)
 
 
 def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
-                      rows: list[str] | None, seeds: list[int] | None) -> Study:
+                      rows: list[str] | None, seeds: list[int] | None, sets: dict[str, dict]) -> Study:
     """A study whose rows are model/train/data overrides (kind train): preset -> base -> row -> profile."""
     path = head["path"]
     base = chk.mapping(raw["base"], "base")
@@ -160,6 +163,11 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
         if preset_name not in PRESETS:
             chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}.")
     factors, prof_over = _profile_overrides(chk, prof, where)
+    if "seed" in sets.get("train", {}):
+        raise UserError("--set train.seed is not accepted by `run`: choose the trials' seeds with --seeds, e.g. "
+                        "--seeds 0,1,2.")
+    for sec, values in sets.items():      # `run --set`: the last layer, over every row
+        prof_over[sec] = {**prof_over[sec], **values}
     resources, requires = _resources(chk, raw, prof, where)
 
     chosen = _pick_rows(path, all_rows, rows)
@@ -171,7 +179,7 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
             try:
                 trials.append(_resolve(preset_name, base_over, row_over[r], factors, prof_over, seed))
             except (ConfigError, UserError, TypeError) as err:
-                chk.fail(f"rows.{r} (profile {profile})", str(err))
+                chk.fail(f"rows.{r} (profile {profile}{', with --set' if sets else ''})", str(err))
             trials[-1] = dataclasses.replace(trials[-1], row=r)
     return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
                  requires=requires, trials=trials)
@@ -301,9 +309,12 @@ def _probe_settings(chk: _Checker, values: dict, where: str) -> dict:
 
 
 def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
-                      rows: list[str] | None, seeds: list[int] | None) -> Study:
+                      rows: list[str] | None, seeds: list[int] | None, sets: dict[str, dict]) -> Study:
     """A study whose rows are probe settings (kind scaling): base.probe -> row -> profile.probe."""
     path = head["path"]
+    if sets:
+        raise UserError(f"--set changes model, train and data settings, and {path} is a {head['kind']} study "
+                        f"without them; change its probe settings in the study file instead.")
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", PROBE_BASE_KEYS)
     base_probe = _probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
