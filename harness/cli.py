@@ -56,7 +56,10 @@ def _cmd_train(args) -> int:
             raise UserError(str(err)) from None
         model_cfg, train_cfg, data_cfg = model_cfg, TRAIN_PRESETS[args.preset], DataConfig(name=args.data)
     model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, train_cfg, data_cfg, overrides.parse_sets(args.set))
-    metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet)
+    ranks = _torchrun_ranks(train_cfg.device)
+    metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet, ranks=ranks)
+    if not ranks.is_main:
+        return 0
     rows = [json.loads(ln) for ln in (Path(args.out) / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     curve = [(r["step"], round(r["dev_ppl"], 3)) for r in rows if "dev_ppl" in r] + \
         [(metrics["steps"], round(metrics["dev_ppl"], 3))]
@@ -70,6 +73,24 @@ def _cmd_train(args) -> int:
         if len(curve) > 1:
             print("dev PPL by step: " + ", ".join(f"{s} {v:.2f}" for s, v in curve))
     return 0
+
+
+def _torchrun_ranks(device: str):
+    """Under torchrun (WORLD_SIZE > 1 in the environment) this process is one rank of a data-parallel run:
+    join the process group (nccl on CUDA, gloo on CPU) and train on this rank's GPU. Otherwise one process."""
+    import os
+
+    from harness.train.dist import SINGLE, Ranks
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return SINGLE
+    import torch
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return Ranks.from_process_group(local_rank=local, device=f"cuda:{local}" if cuda else "cpu")
 
 
 def _cmd_bench(args) -> int:

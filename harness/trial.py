@@ -1,5 +1,6 @@
-"""One row of a study: data -> model -> train -> evaluate -> log. Runs inside a Ray Tune trial, but knows
-nothing of Ray: it takes the resolved trial and where to log, and returns its final metrics."""
+"""One row of a study: data -> model -> train -> evaluate -> log. Runs inside a Ray Tune trial (or, data
+parallel, in each Ray Train worker of one), but knows nothing of Ray: it takes the resolved trial, where
+to log and which rank it is, and returns its final metrics. Rank 0 alone opens the trial's child run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from model import TransformerConfig
 from harness.data.corpus import DataConfig
 from harness.tracking import TrialRun, flatten
 from harness.train import TrainConfig, train
+from harness.train.dist import SINGLE, Ranks
 
 
 @dataclass(frozen=True)
@@ -67,20 +69,25 @@ def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
     return out
 
 
-def run_trial(spec: dict, ctx: dict) -> dict:
-    """spec: a Trial as a dict. ctx: tracking URI, experiment and parent ids, run directory, threads, tags."""
+def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
+    """spec: a Trial as a dict. ctx: tracking URI, experiment and parent ids, run directory, threads, tags.
+    ranks: this process among the trial's data-parallel workers; ranks other than 0 train and return {}."""
     t_start, started_at = time.perf_counter(), time.time()
     trial = Trial(**spec)
     torch.set_num_threads(max(1, int(ctx["threads"])))
     out_dir = Path(ctx["run_dir"]) / trial.key
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pid_file = "worker.pid" if ranks.is_main else f"worker.rank{ranks.rank}.pid"
+    (out_dir / pid_file).write_text(f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
+    if not ranks.is_main:
+        _training_trial(trial, out_dir, None, ranks)
+        return {}
     tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
-            "trial_kind": trial.kind}
+            "trial_kind": trial.kind, "workers": ranks.world, "backend": ranks.backend or "none (one process)"}
     params_of, body = KINDS[trial.kind]
     run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params_of(trial)))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "worker.pid").write_text(f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
     try:
-        metrics, summary = body(trial, out_dir, run)
+        metrics, summary = body(trial, out_dir, run, ranks)
     except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
         reason = f"{type(err).__name__}: {err}"
         try:
@@ -98,22 +105,25 @@ def run_trial(spec: dict, ctx: dict) -> dict:
 FAULT_ENV = "HARNESS_INJECT_FAULT"
 
 
-def injected_fault(row: str) -> tuple[str, int] | None:
+def injected_fault(row: str, rank: int = 0) -> tuple[str, int] | None:
     """Fault injection for the reliability tests (docs/reliability.md): HARNESS_INJECT_FAULT="KIND@ROW:STEP"
-    with KIND nan (the loss of that step becomes NaN), oom (an out-of-memory error at that step) or crash
-    (the worker process dies at that step, once: a retry gets past it). Several faults: comma-separated."""
+    with KIND nan (the loss of that step becomes NaN), oom (an out-of-memory error at that step), crash
+    (the worker process dies at that step, once: a retry gets past it) or slow (every step from that one
+    on takes 0.25 s longer, so that a test can act mid-trial), on rank 0, or on another rank of a
+    data-parallel trial with "KIND@ROW:STEP/RANK". Several faults: comma-separated."""
     for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
         try:
             kind, rest = item.split("@", 1)
-            where, step = rest.rsplit(":", 1)
-            if where == row and kind in ("nan", "oom", "crash"):
+            where, at = rest.rsplit(":", 1)
+            step, _, on_rank = at.partition("/")
+            if where == row and kind in ("nan", "oom", "crash", "slow") and int(on_rank or 0) == rank:
                 return kind, int(step)
         except ValueError:
-            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP (KIND nan, oom or crash)") from None
+            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP[/RANK] (KIND nan, oom, crash or slow)") from None
     return None
 
 
-def fault_hook(fault: tuple[str, int] | None, out: Path) -> tuple:
+def fault_hook(fault: tuple[str, int] | None, out: Path, rank: int = 0) -> tuple:
     """The training hooks that inject `fault` (kind, step), or none: nan makes that step's loss NaN, oom
     raises an out-of-memory error, crash ends the worker process once (a marker file lets a retry pass)."""
     if fault is None:
@@ -121,13 +131,15 @@ def fault_hook(fault: tuple[str, int] | None, out: Path) -> tuple:
     kind, at = fault
 
     def inject(step: int, loss_sum: torch.Tensor) -> torch.Tensor:
+        if kind == "slow" and step >= at:
+            time.sleep(0.25)
         if step != at:
             return loss_sum
         if kind == "nan":
             return loss_sum * float("nan")
         if kind == "oom":
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step})")
-        marker = out / f".crashed_at_{step}"
+        marker = out / (f".crashed_at_{step}" + (f"_rank{rank}" if rank else ""))
         if kind == "crash" and not marker.exists():
             marker.touch()
             os._exit(17)                 # the worker dies without cleanup, as a killed process does
@@ -135,12 +147,18 @@ def fault_hook(fault: tuple[str, int] | None, out: Path) -> tuple:
     return (inject,)
 
 
-def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
+def _training_trial(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE) -> tuple[dict, str]:
+    """Train and evaluate the row, log the final metrics and artifacts (run None: a rank other than 0, which
+    only trains)."""
     model_cfg, train_cfg, data_cfg = trial.configs()
+    hooks = fault_hook(injected_fault(trial.row, ranks.rank), out_dir, ranks.rank)
+    if run is None:
+        train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, hooks=hooks, ranks=ranks)
+        return {}, ""
     if run.reopened:     # rows an earlier attempt wrote while the store was unreachable
         run.backfill(out_dir / "metrics.jsonl")
-    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step,
-                    hooks=fault_hook(injected_fault(trial.row), out_dir))
+    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step, hooks=hooks,
+                    ranks=ranks)
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
     from harness.probes.flops import count_analytic
@@ -165,7 +183,7 @@ def _training_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, s
     return metrics, summary
 
 
-def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun) -> tuple[dict, str]:
+def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tuple[dict, str]:
     """One layer of Table 1: each timed point goes to MLflow as it is measured (step = n or d), then the
     fitted exponents, sequential operations and path lengths; the whole result as scaling.json."""
     from harness.probes.scaling import ScalingSpec, measure_layer

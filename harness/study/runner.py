@@ -68,8 +68,38 @@ def _check_ray_address(address: str) -> None:
 def _trainable(config: dict) -> None:
     from ray import tune
 
+    from harness.study.parallel import with_node
     from harness.trial import run_trial
-    tune.report(run_trial(config["trial"], config["ctx"]))
+    tune.report(run_trial(config["trial"], with_node(config["ctx"])))
+
+
+def _placement(study: Study, cluster: dict, gpu: float, n_trials: int, ctx: dict):
+    """What one trial asks of the cluster and how many run at once: (trainable, its bundle, ctx, concurrency).
+
+    One worker: the trial is the worker, `cpu` CPUs (its torch threads) and `gpu` GPUs. N workers: the
+    trial is a Ray Train driver with a bundle of its own (DRIVER_CPU), and its N workers take `cpu` and
+    `gpu` each in a placement group of their own, which Ray grants all at once or not at all. Concurrency
+    counts both, so that no trial waits for workers the cluster cannot place (Ray would wait forever)."""
+    workers = int(study.resources.get("workers", 1))
+    cpu_total, gpu_total = float(cluster.get("CPU", 1)), float(cluster.get("GPU", 0))
+    if workers == 1:
+        cpu = min(max(1, int(study.resources.get("cpu", 1))), max(1, int(cpu_total)))
+        concurrency = max(1, min(n_trials, int(cpu_total // cpu)))
+        if gpu:
+            concurrency = max(1, min(concurrency, int(gpu_total // gpu)))
+        return _trainable, {"cpu": cpu, "gpu": gpu}, {**ctx, "threads": cpu}, concurrency
+    from harness.study.parallel import DRIVER_CPU, trainable
+    cpu = float(study.resources.get("cpu", 1))
+    need_cpu = workers * cpu + DRIVER_CPU
+    fits = [int(cpu_total // need_cpu)] + ([int(gpu_total // (workers * gpu))] if gpu else [])
+    if min(fits) < 1:
+        have = f"{cpu_total:g} CPUs" + (f" and {gpu_total:g} GPUs" if gpu else "")
+        raise UserError(f"a trial of {study.path} needs {workers} workers x {cpu:g} CPUs"
+                        + (f" x {gpu:g} GPUs" if gpu else "") + f" plus {DRIVER_CPU} CPU for its driver, and the "
+                        f"Ray cluster has {have}; lower resources.workers or resources.cpu (e.g. 0.9).")
+    dp = {"workers": workers, "cpu": cpu, "gpu": gpu, "max_failures": study.max_failures}
+    ctx = {**ctx, "threads": max(1, round(cpu)), "data_parallel": dp}
+    return trainable, {"cpu": DRIVER_CPU}, ctx, max(1, min(n_trials, *fits))
 
 
 def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int, int]:
@@ -263,17 +293,12 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
     previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     try:
         cluster = ray.cluster_resources()
-        cpu = max(1, int(study.resources.get("cpu", 1)))
-        cpu = min(cpu, max(1, int(cluster.get("CPU", 1))))
         gpu = float(study.resources.get("gpu", 0)) if cluster.get("GPU", 0) > 0 else 0.0
         if study.requires.get("gpu") and not gpu:
             raise UserError(f"profile {study.profile} of {study.path} needs GPUs but the Ray cluster has none; "
                             "join a GPU cluster with --address, or run --profile tiny.")
-        ctx = {**ctx, "threads": cpu}
+        trainable, bundle, ctx, concurrency = _placement(study, cluster, gpu, len(todo), ctx)
         ray_seconds = time.perf_counter() - t0
-        concurrency = max(1, min(len(todo), int(cluster.get("CPU", 1) // cpu)))
-        if gpu:
-            concurrency = max(1, min(concurrency, int(cluster.get("GPU", 0) // gpu)))
 
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
@@ -286,9 +311,10 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
 
         name = lambda t: f"{t.config['trial']['row']}-s{t.config['trial']['seed']}"  # noqa: E731
         tuner = tune.Tuner(
-            tune.with_resources(_trainable, {"cpu": cpu, "gpu": gpu}),
+            tune.with_resources(trainable, bundle),
             param_space={"trial": tune.grid_search([t.__dict__ for t in todo]), "ctx": ctx},
-            tune_config=tune.TuneConfig(reuse_actors=True, trial_name_creator=name, trial_dirname_creator=name),
+            tune_config=tune.TuneConfig(reuse_actors=True, trial_name_creator=name, trial_dirname_creator=name,
+                                        max_concurrent_trials=concurrency),
             run_config=tune.RunConfig(name="tune", storage_path=str(run_dir / "ray"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=study.max_failures),
                                       callbacks=[Progress()]))

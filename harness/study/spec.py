@@ -35,7 +35,7 @@ PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "
                 "seeds"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
-RESOURCE_KEYS = {"cpu", "gpu"}
+RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
 REQUIRE_KEYS = {"gpu", "data"}
 
 
@@ -289,12 +289,15 @@ def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
 
 
 def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> tuple[dict, dict]:
-    resources = {"cpu": 1, "gpu": 0, **chk.mapping(raw.get("resources"), "resources"),
+    resources = {"cpu": 1, "gpu": 0, "workers": 1, **chk.mapping(raw.get("resources"), "resources"),
                  **chk.mapping(prof.get("resources"), f"{where}.resources")}
     chk.keys(resources, "resources", RESOURCE_KEYS)
     for key, value in resources.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             chk.fail(f"resources.{key}", f"must be a number >= 0, got {value!r}.")
+    if not isinstance(resources["workers"], int) or resources["workers"] < 1:
+        chk.fail("resources.workers", f"must be a whole number of data-parallel workers >= 1, got "
+                                      f"{resources['workers']!r}.")
     requires = chk.mapping(prof.get("requires"), f"{where}.requires")
     chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
     return resources, requires
@@ -327,6 +330,8 @@ def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
     chk.keys(prof, where, PROBE_PROFILE_KEYS)
     prof_probe = _probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
     resources, requires = _resources(chk, raw, prof, where)
+    if resources["workers"] != 1:
+        chk.fail("resources.workers", "must be 1 for a scaling study: its probe times one process.")
     chosen = _pick_rows(path, all_rows, rows)
     chosen_seeds = seeds if seeds else study_seeds
     trials = []

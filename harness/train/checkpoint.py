@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import UserError
+from harness.train.dist import SINGLE, Ranks
 
 CHECKPOINT_VERSION = 1
 
@@ -75,12 +76,15 @@ class Checkpointer:
     """Saves and restores one run's checkpoints in `ckpt_dir` (step_XXXXXXXX.pt), keeps the newest `keep`,
     and averages the last n. `config` is the run's resolved config: a checkpoint written under another one
     is refused. `every` steps and `minutes` of wall time set when `maybe_save` writes (0: never by that
-    rule). Only the main rank writes (is_main); every rank restores."""
+    rule). Data parallel: every rank restores from the same files and takes part in every save (each rank's
+    RNG state is gathered into the checkpoint); rank 0 alone writes, and rank 0's clock decides a
+    time-based save for all."""
 
     def __init__(self, ckpt_dir: Path, config: dict, device: torch.device, *, keep: int = 2, every: int = 0,
-                 minutes: float = 0.0, is_main: bool = True):
+                 minutes: float = 0.0, ranks: Ranks = SINGLE):
         self.dir, self.config, self.device = Path(ckpt_dir), config, device
-        self.keep, self.every, self.minutes, self.is_main = keep, every, minutes, is_main
+        self.keep, self.every, self.minutes, self.ranks = keep, every, minutes, ranks
+        self.is_main = ranks.is_main
         self.last_time = time.perf_counter()
 
     def path(self, step: int) -> Path:
@@ -99,18 +103,25 @@ class Checkpointer:
         opt.load_state_dict(state["optimizer"])
         if stream is not None:
             stream.load_state_dict({"epoch": state["epoch"], "position": state["position"]})
-        set_rng_state(state["rng"], self.device)
+        rngs = state.get("rank_rng")
+        if rngs is not None and len(rngs) == self.ranks.world:
+            set_rng_state(rngs[self.ranks.rank], self.device)
+        elif self.ranks.is_main:         # written by another number of ranks: rank 0's stream carries on
+            set_rng_state(state["rng"], self.device)
         return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"]}
 
     def save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
-        """Write the state after `step`; stream_state is the stream's state_dict (epoch, position)."""
+        """Write the state after `step`; stream_state is the stream's state_dict (epoch, position). Every
+        rank calls it (the RNG states are gathered); rank 0 writes."""
+        rngs = self.ranks.gather(rng_state(self.device))
         if not self.is_main:
             return
         save_checkpoint(self.path(step), {
             "version": CHECKPOINT_VERSION, "config": self.config, "model": model.state_dict(),
             "optimizer": opt.state_dict(), "step": step, "epoch": stream_state["epoch"],
             "position": stream_state["position"], "train_seconds": clock["train_seconds"],
-            "tokens_seen": clock["tokens_seen"], "rng": rng_state(self.device)})
+            "tokens_seen": clock["tokens_seen"], "rng": rngs[0],
+            **({"rank_rng": rngs} if self.ranks.world > 1 else {})})
         self.prune(self.keep)
 
     def due(self, step: int) -> bool:
@@ -120,13 +131,16 @@ class Checkpointer:
                     (self.minutes and self.now - self.last_time >= self.minutes * 60))
 
     def maybe_save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
-        if self.due(step):
+        due = self.due(step)
+        if self.minutes and self.ranks.world > 1:
+            due = self.ranks.agree(due)
+        if due:
             self.save(step, model, opt, stream_state, clock)
             self.last_time = self.now
 
     def save_final(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
         """The final state, unless the checkpoint of this step was just written."""
-        if not self.path(step).exists():
+        if self.ranks.agree(not self.path(step).exists()):
             self.save(step, model, opt, stream_state, clock)
 
     def prune(self, keep: int) -> None:

@@ -1,8 +1,11 @@
 """The training loop (§5): set up the components, then update, log, evaluate, checkpoint and call the
-hooks until the last step or the time limit; the finish step scores the result."""
+hooks until the last step or the time limit; the finish step scores the result. With several ranks
+(harness/train/dist.py) each rank runs this loop on its share of every update and DDP averages the
+gradients; rank 0 logs, evaluates, checkpoints and finishes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -22,6 +25,7 @@ from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
 from harness.train.config import TrainConfig, learning_rate
 from harness.train.device import autocast_for, resolve_device
+from harness.train.dist import SINGLE, Ranks
 from harness.train.finish import finish
 from harness.train.log import MetricsLog
 from harness.train.stream import BatchStream
@@ -31,36 +35,69 @@ from harness.train.stream import BatchStream
 StepHook = Callable[[int, torch.Tensor], torch.Tensor]
 
 
-def train_step(model, opt, loss_fn, micro: list, lr: float, label_smoothing: float, device, autocast
-               ) -> tuple[torch.Tensor, int]:
-    """Forward and backward over the micro-batches of one update (the optimizer step is the caller's).
-    Returns the summed loss and the target tokens it covers."""
+def train_step(model, opt, loss_fn, micro: list, lr: float, label_smoothing: float, device, autocast,
+               ranks: Ranks = SINGLE, ddp=None) -> tuple[torch.Tensor, int]:
+    """Forward and backward over this rank's micro-batches of one update (the optimizer step is the
+    caller's). Returns this rank's summed loss and the target tokens of the whole update, every rank's."""
     n_tokens = sum(b.n_tgt_tokens for b in micro)
+    if ranks.world > 1:
+        n_tokens = int(ranks.sum(n_tokens)[0])
+    # The update averages over all its target tokens; DDP then averages over ranks, hence the world factor
+    # (one process: loss / n_tokens, as before).
+    per_rank = n_tokens / ranks.world
     for g in opt.param_groups:
         g["lr"] = lr
     opt.zero_grad(set_to_none=True)
     loss_sum = torch.zeros((), device=device)
-    for b in micro:
+    for j, b in enumerate(micro):
         b = b.to(device)
-        with autocast():
-            loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, label_smoothing, packing=b.packing)
-        (loss / n_tokens).backward()            # the update averages over all target tokens of the batch
+        sync = ddp.no_sync() if ddp is not None and j < len(micro) - 1 else contextlib.nullcontext()
+        with sync:
+            with autocast():
+                loss, _, _ = (ddp or loss_fn)(b.src, b.tgt_in, b.tgt_out, label_smoothing, packing=b.packing)
+            if not b.n_tgt_tokens:           # an empty share (stream.py): in the all-reduce, weight 0
+                loss = loss * 0.0
+            (loss / per_rank).backward()
         loss_sum += loss.detach()
     return loss_sum, n_tokens
 
 
+class _LossModule(torch.nn.Module):
+    """The training loss as a module's forward, so that DDP can wrap it (DDP hooks forward, not model.loss)."""
+
+    def __init__(self, model: Transformer, loss_fn: Callable):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, *args, **kwargs):
+        return self.loss_fn(*args, **kwargs)
+
+
+def data_parallel(model: Transformer, loss_fn: Callable, device: torch.device, ranks: Ranks, seed: int):
+    """DDP around the loss (None for one process). Every rank starts from rank 0's weights (DDP broadcasts
+    them); each rank other than 0 then draws its own dropout masks (rank 0 keeps one process's stream)."""
+    if ranks.world == 1:
+        return None
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        _LossModule(model, loss_fn), device_ids=[device.index] if device.type == "cuda" else None)
+    if ranks.rank:
+        torch.manual_seed(seed + 7919 * ranks.rank)
+    return ddp
+
+
 def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path,
-          dataset: Dataset | None):
+          dataset: Dataset | None, ranks: Ranks = SINGLE):
     """The device, the data, the resolved config (written to config.json), the seeded model and Adam."""
     cfg.validate()
-    device = resolve_device(cfg.device)
+    device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
     check_writable(out, "output directory", "choose a writable path")
     data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
     model_cfg = model_cfg.replace(vocab_size=data.tokenizer.vocab_size)
     resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
-    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    if ranks.is_main:
+        (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
     torch.manual_seed(cfg.seed)
     model = Transformer(model_cfg).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2),
@@ -70,30 +107,31 @@ def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
 
 def train(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
           quiet: bool = False, dataset: Dataset | None = None, on_log: Callable[[int, dict], None] | None = None,
-          hooks: tuple[StepHook, ...] = ()) -> dict:
-    """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics.
-    on_log(step, metrics) receives each metrics row (the study runner forwards them to MLflow)."""
+          hooks: tuple[StepHook, ...] = (), ranks: Ranks = SINGLE) -> dict:
+    """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics (on ranks
+    other than 0: {}). on_log(step, metrics) receives each metrics row (the runner forwards them to MLflow)."""
     out = Path(out_dir)
-    device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset)
+    device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset, ranks)
     autocast = autocast_for(device, cfg.amp)
     lr_at = lambda s: learning_rate(s, model.cfg.d_model, cfg.warmup, cfg.lr_scale)  # noqa: E731
-    stream = BatchStream(data.train.data, cfg, device, where=str(data.root))
+    stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
     loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
+    ddp = data_parallel(model, loss_fn, device, ranks, cfg.seed)
     ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
-                        every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes)
-    step, clock = ckpt.restore(model, opt, stream)
+                        every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
+    step, clock = ckpt.restore(model, opt, stream)    # every rank, from the same files
     log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log).open(step)
+                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
     model.train()
     with stream:
         while step < cfg.steps and not out_of_time():
             t0 = time.perf_counter()
             loss_sum, n_tokens = train_step(model, opt, loss_fn, stream.next_update(), lr_at(step + 1),
-                                            cfg.label_smoothing, device, autocast)
+                                            cfg.label_smoothing, device, autocast, ranks, ddp)
             for hook in hooks:
                 loss_sum = hook(step + 1, loss_sum)
-            loss = float(loss_sum) / n_tokens
+            loss = ranks.sum(loss_sum)[0] / n_tokens
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step + 1}; the update was skipped.")
             opt.step()
@@ -101,12 +139,14 @@ def train(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
             clock["train_seconds"] += dt
             clock["tokens_seen"] += n_tokens
             log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
-            if log.should_eval(step):
+            if log.should_eval(step) and ranks.is_main:
                 log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)})
                 model.train()
             ckpt.maybe_save(step, model, opt, stream.state_dict(), clock)
     ckpt.save_final(step, model, opt, stream.state_dict(), clock)
     log.close()
+    if not ranks.is_main:
+        return {}
     return finish(model, data, cfg, device, autocast, ckpt, out, {
         "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
         "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
