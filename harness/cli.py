@@ -181,6 +181,12 @@ def _add_run(sub) -> None:
                      help="override a setting of every row after the profile, e.g. --set data.seed=2 (another "
                           "made-up corpus)")
     run.add_argument("--dry-run", action="store_true", help="print the resolved trials and their cost, run nothing")
+    run.add_argument("--tflops", type=float, default=0.0,
+                     help="with --dry-run: each trial's time at this sustained training rate per device (TFLOP/s)")
+    run.add_argument("--measure", action="store_true",
+                     help="with --dry-run: each trial's time from a few updates of its model timed on this machine")
+    run.add_argument("--devices", type=int, default=1,
+                     help="with --dry-run and a rate: the devices (GPUs) the study runs on, for its wall time")
     run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")

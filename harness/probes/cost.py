@@ -56,3 +56,46 @@ def main(as_json: bool = False) -> int:
     print("utilization: counted FLOPs / (hours x GPUs x the footnote's sustained rate); TFLOPS/GPU: counted "
           "FLOPs per GPU-second actually implied by the paper's reported time.")
     return 0
+
+
+def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25, repeats: int = 3) -> float:
+    """Seconds per optimizer update of this model at its schedule's batch, measured on `device`: the update's
+    target tokens (train.batch_tokens, in micro-batches of train.max_tokens) as random sentences of
+    sentence_len tokens each side, bf16 autocast on CUDA when train.amp, fused Adam; two warm-up updates,
+    then the median of `repeats`. What `run --dry-run --measure` multiplies by each trial's steps."""
+    import contextlib
+    import math
+    import statistics
+    import time
+
+    import torch
+
+    from model import Transformer
+    device = torch.device(device)
+    torch.manual_seed(0)
+    model = Transformer(model_cfg).to(device).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))
+    rows = max(1, min(train_cfg.batch_tokens, train_cfg.max_tokens) // sentence_len)
+    src = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len), device=device)
+    tgt = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len + 1), device=device)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and train_cfg.amp \
+        else contextlib.nullcontext()
+
+    def update() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for _ in range(accum):
+            with amp:
+                loss, _, n = model.loss(src, tgt[:, :-1], tgt[:, 1:], train_cfg.label_smoothing)
+            (loss / (n * accum)).backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    for _ in range(2):
+        update()
+    return statistics.median(update() for _ in range(repeats))

@@ -22,7 +22,7 @@ from harness import overrides
 from harness.errors import UserError
 from harness.io import check_writable
 from harness.probes.cost import training_costs
-from harness.study.kinds import KINDS
+from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware
 from harness.tracking import StudyTracking, tracking_uri
@@ -153,12 +153,17 @@ def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict
 
 def run_study(args) -> int:
     study = load_study(args.study, args.profile, *_selection(args), sets=overrides.parse_sets(args.set))
-    _check_requirements(study)
-    if args.dry_run:
+    timing = Timing(tflops=args.tflops, measure=args.measure, devices=args.devices)
+    if (timing.wanted or args.devices != 1) and not args.dry_run:
+        raise UserError("--tflops, --measure and --devices estimate a study's time: give them with --dry-run.")
+    if args.tflops < 0 or args.devices < 1:
+        raise UserError("--tflops must be a positive rate (TFLOP/s per device) and --devices at least 1.")
+    if args.dry_run:         # before the requirements: a paper profile can be costed without its GPUs or data
         print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
               f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
-        KINDS[study.kind].print_trials(study)
+        KINDS[study.kind].print_trials(study, timing)
         return 0
+    _check_requirements(study)
     uri = tracking_uri()
     check_writable(Path(args.runs_dir).resolve(), "--runs-dir", "give a writable directory with --runs-dir",
                    keep=False)
