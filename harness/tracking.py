@@ -22,6 +22,9 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.errors import UserError
 
 PARENT_KIND, CHILD_KIND = "study", "trial"
+# MLflow 3's UI opens an experiment in its GenAI view (traces, "Evaluations") unless the experiment says it
+# is model training: then it opens the runs table.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 _SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "databricks")
 
 
@@ -71,6 +74,8 @@ class StudyTracking:
             # store at once would race on its schema migration.
             self.experiment_id = exp.experiment_id if exp else \
                 self.client.create_experiment(study, artifact_location=_local_artifacts(uri))
+            if exp is None or exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
         except Exception as err:  # an unreachable server, a bad path: one sentence, not a stack
             raise UserError(f"cannot reach the MLflow tracking store {uri} ({type(err).__name__}: "
                             f"{str(err).splitlines()[0][:200]}); start it or point MLFLOW_TRACKING_URI elsewhere.") from None
@@ -303,3 +308,22 @@ def list_studies(uri: str) -> list[str]:
         if client.search_runs([exp.experiment_id], f"tags.kind = '{PARENT_KIND}'", max_results=1):
             names.append(exp.name)
     return sorted(names)
+
+
+NOTE_LIMIT = 7500    # MLflow keeps tag values up to 8000 characters; the run's description is a tag
+
+
+def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], table) -> None:
+    """Put a regenerated report on the study's parent run, where the MLflow UI shows it: the Markdown as the
+    run's description (`mlflow.note.content`; cut at a line with a pointer to the whole file when it is
+    longer than a tag holds), the report's files as artifacts under report/, and its table as an MLflow
+    table (report/table.json, shown by the artifact viewer). Running `report` again replaces them."""
+    client = MlflowClient(uri)
+    note = markdown
+    if len(note) > NOTE_LIMIT:
+        cut = note.rfind("\n", 0, NOTE_LIMIT - 200)
+        note = note[:cut] + f"\n\n... (the rest is in the artifact report/{files[0].name})\n"
+    client.set_tag(parent_id, "mlflow.note.content", note)
+    for path in files:
+        client.log_artifact(parent_id, str(path), artifact_path="report")
+    client.log_table(parent_id, data=table, artifact_file="report/table.json")

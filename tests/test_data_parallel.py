@@ -162,3 +162,13 @@ def test_harness_train_under_torchrun_equals_one_process(one_and_two, tmp_path):
     a = json.loads(one.stdout.strip().splitlines()[-1])
     b = json.loads(two.stdout.strip().splitlines()[-1])              # rank 0 alone prints
     assert b["dev_ppl"] == pytest.approx(a["dev_ppl"], rel=RTOL) and b["tokens_seen"] == a["tokens_seen"]
+
+
+def test_a_trial_larger_than_the_cluster_is_one_sentence(tmp_path):
+    """Four 1-CPU workers on a 2-core local Ray: refused before any trial starts (Ray itself would wait for
+    the placement group forever), no run left behind."""
+    done = _run(tmp_path, _study(tmp_path, 4, 1, tmp_path / "cache"), timeout=300)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "needs 4 workers x 1 CPUs" in err[-1], done.stdout + done.stderr
+    _, parents, children = _children(tmp_path)
+    assert parents == [] and children == []

@@ -1,6 +1,8 @@
 """harness.report on fake studies logged into a throwaway sqlite MLflow store with the runner's schema."""
 
+import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -39,7 +41,8 @@ MODERN = [
 
 
 def log_study(client: MlflowClient, study: str, trials: list, rows: str) -> str:
-    exp = client.create_experiment(study)
+    db = Path(client.tracking_uri[len("sqlite:///"):])
+    exp = client.create_experiment(study, artifact_location=(db.parent / "mlruns").as_uri())
     t0 = 1_700_000_000_000
     common = {"study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "True",
               "hardware": "2 CPU cores (test)"}
@@ -96,6 +99,25 @@ def test_files_written(table3):
                      "table3_knobs.png", "README.md"}
     assert all(p.parent == out and p.stat().st_size > 0 for p in paths)
     assert not list(out.glob(".*.tmp"))      # atomic writes leave no temp files behind
+
+
+def test_the_report_is_published_on_the_parent_run(table3, store):
+    """The MLflow UI shows the report: the parent's description is its Markdown (cut to what a tag holds),
+    its files are artifacts under report/, its table an MLflow table; a second `report` replaces them."""
+    out, _, df, parent = table3
+    uri, _ = store
+    client = MlflowClient(uri)
+    run = client.get_run(parent)
+    note = run.data.tags["mlflow.note.content"]
+    md = (out / "table3.md").read_text(encoding="utf-8")
+    assert note.splitlines()[0] == md.splitlines()[0] and len(note) <= 8000
+    assert note == md or "the rest is in the artifact report/table3.md" in note
+    names = {a.path for a in client.list_artifacts(parent, "report")}
+    assert {"report/table3.md", "report/table3.csv", "report/table3_knobs.png", "report/table.json"} <= names
+    table = json.loads(Path(client.download_artifacts(parent, "report/table.json", str(out / "dl"))).read_text())
+    assert sorted(r[table["columns"].index("row")] for r in table["data"]) == sorted(df["row"])
+    write_report("table3", out, uri)                     # again: the same artifacts, replaced, not added
+    assert {a.path for a in client.list_artifacts(parent, "report")} == names
 
 
 def test_rows_in_paper_order_with_hand_computed_means(table3):

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
+import pandas as pd
+
 from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
@@ -57,7 +59,12 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
     writer = writer_for(results["parent"], study)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [*writer(study, results, uri, out_dir), write_index(out_dir)]
+    files = writer(study, results, uri, out_dir)
+    md, csv = files[0], files[1]
+    # The same report on the study's parent run, so that the MLflow UI shows what the study reproduced.
+    tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
+                            pd.read_csv(csv))
+    return [*files, write_index(out_dir)]
 
 
 def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
