@@ -190,6 +190,8 @@ def _add_run(sub) -> None:
     run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")
+    run.add_argument("--quiet", action="store_true", help="no live view of the study's progress")
+    run.add_argument("--verbose", action="store_true", help="let Ray's and MLflow's own banners and INFO lines through")
     run.set_defaults(func=_cmd_run)
 
 

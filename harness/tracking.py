@@ -327,3 +327,24 @@ def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], t
     for path in files:
         client.log_artifact(parent_id, str(path), artifact_path="report")
     client.log_table(parent_id, data=table, artifact_file="report/table.json")
+
+
+def trial_progress(uri: str, experiment_id: str, parent_id: str) -> dict[str, dict]:
+    """What each child run of a study invocation has logged so far, by trial key: status, the last
+    training step and its loss, tokens/s, training seconds, and start and end times (ms). For the
+    driver's live view (harness/study/progress.py), which polls it."""
+    client = MlflowClient(uri)
+    out = {}
+    for run in client.search_runs([experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"):
+        m = run.data.metrics
+        step = 0
+        if run.info.status == "RUNNING" and "train_loss" in m:
+            history = client.get_metric_history(run.info.run_id, "train_loss")
+            step = max((h.step for h in history), default=0)
+        elif "steps" in m:
+            step = int(m["steps"])
+        out[run.data.tags.get("trial_key", run.info.run_id)] = {
+            "status": run.info.status, "step": step, "loss": m.get("train_loss"),
+            "tokens_per_s": m.get("tokens_per_s"), "train_seconds": m.get("train_seconds", 0.0),
+            "start": run.info.start_time, "end": run.info.end_time}
+    return out

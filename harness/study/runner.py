@@ -102,6 +102,37 @@ def _placement(study: Study, cluster: dict, gpu: float, n_trials: int, ctx: dict
     return trainable, {"cpu": DRIVER_CPU}, ctx, max(1, min(n_trials, *fits))
 
 
+class _Silent:
+    """The live view's stand-in under --quiet: trial lines still print, nothing is polled."""
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def stop(self) -> None:
+        pass
+
+
+def _live_view(study: Study, todo: list[Trial], ctx: dict, concurrency: int, args):
+    """The driver's live view of the study (harness/study/progress.py), read back from MLflow."""
+    if getattr(args, "quiet", False):
+        return _Silent()
+    from harness.study.progress import StudyProgress
+    from harness.tracking import trial_progress
+    kind = KINDS[study.kind]
+    per_step = {t.key: kind.estimated_flops(t) / max(1, int(t.train.get("steps", 1) or 1)) for t in todo}
+    poll = lambda: trial_progress(ctx["uri"], ctx["experiment_id"], ctx["parent_id"])  # noqa: E731
+    return StudyProgress(todo, per_step, concurrency, poll).start()
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Ray's and MLflow's own banners and INFO lines reach the user only with --verbose."""
+    import logging
+    if verbose:
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")     # the legacy reporter is silent at verbose=0
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
 def _summary(tracking: StudyTracking, parent_id: str, study: Study) -> tuple[int, int]:
     runs = {r.data.tags.get("trial_key"): r for r in tracking.children(parent_id)}
     metrics = [r.data.metrics for r in runs.values()]
@@ -152,6 +183,7 @@ def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict
 
 
 def run_study(args) -> int:
+    quiet_libraries(getattr(args, "verbose", False))
     study = load_study(args.study, args.profile, *_selection(args), sets=overrides.parse_sets(args.set))
     timing = Timing(tflops=args.tflops, measure=args.measure, devices=args.devices)
     if (timing.wanted or args.devices != 1) and not args.dry_run:
@@ -271,6 +303,8 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
           f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")
+    print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}` (experiment {study.name}; runs table, the "
+          f"parent run's description holds the report)")
     return 0 if not failed else 1
 
 
@@ -305,14 +339,16 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
         trainable, bundle, ctx, concurrency = _placement(study, cluster, gpu, len(todo), ctx)
         ray_seconds = time.perf_counter() - t0
 
+        view = _live_view(study, todo, ctx, concurrency, args)
+
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
                 r = trial.last_result
-                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: {r.get('summary', '')} "
-                      f"({r.get('trial_seconds', 0):.0f} s)", flush=True)
+                view.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: "
+                         f"{r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
 
             def on_trial_error(self, iteration, trials, trial, **info):
-                print(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED", flush=True)
+                view.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED")
 
         name = lambda t: f"{t.config['trial']['row']}-s{t.config['trial']['seed']}"  # noqa: E731
         tuner = tune.Tuner(
@@ -327,6 +363,8 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
             grid = tuner.fit()
         except KeyboardInterrupt:
             return [], True, concurrency, ray_seconds
+        finally:
+            view.stop()
         results = [r.metrics for r in grid if r.metrics and "trial_seconds" in r.metrics]
         errors = sum(1 for r in grid if r.error is not None)
         t1 = time.perf_counter()
