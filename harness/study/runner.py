@@ -303,8 +303,9 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
           f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")
-    print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}` (experiment {study.name}; runs table, the "
-          f"parent run's description holds the report)")
+    print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/#/experiments/"
+          f"{tracking.experiment_id}?workflowType=machine_learning (the runs table; after `report`, the parent "
+          f"run's description is the report)")
     return 0 if not failed else 1
 
 

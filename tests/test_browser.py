@@ -1,0 +1,100 @@
+"""MLflow's UI in a real browser: a small finished study and its report in a store, `mlflow server` on
+127.0.0.1, and headless Chromium (Debian's `chromium`, which .ci/run installs) loading the experiment's runs
+table and the parent run's page. The assertions read the DOM Chromium rendered; the screenshots are saved
+under runs/browser-test/ (or $HARNESS_TEST_OUTPUT) for a person to look at."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_studies import TWO_ROW_STUDY, _free_port
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+OUTPUT = Path(os.environ.get("HARNESS_TEST_OUTPUT", Path(__file__).resolve().parents[1] / "runs" / "browser-test"))
+
+
+def _chromium(url: str, screenshot: Path, profile: Path) -> str:
+    """The DOM after the page's scripts ran (a virtual-time budget lets the single-page app fetch and render),
+    and a screenshot of the same page."""
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--hide-scrollbars", f"--user-data-dir={profile}", "--window-size=1600,1100",
+              "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw"]
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    shot = subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, text=True, timeout=180)
+    assert shot.returncode == 0 and screenshot.stat().st_size > 10_000, shot.stderr[-2000:]
+    return dom.stdout
+
+
+@pytest.fixture(scope="module")
+def served_study(tmp_path_factory):
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+    tmp = tmp_path_factory.mktemp("ui")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    study = tmp / "mini.yaml"
+    study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp / "cache")).replace("study: mini", "study: table3"))
+    done = subprocess.run([sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp / "runs"),
+                           "--quiet"], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rep = subprocess.run([sys.executable, "-m", "harness", "report", "--out", str(tmp / "reports")], cwd=tmp,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    from mlflow import MlflowClient
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("table3")
+    parent = client.search_runs([exp.experiment_id], "tags.kind = 'study'")[0]
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                               "--backend-store-uri", uri, "--workers", "1"], cwd=tmp, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not come up")
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        yield base, exp.experiment_id, parent, (tmp / "reports" / "table3.md").read_text(encoding="utf-8"), tmp
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+# A fresh browser opens MLflow 3.17 in its GenAI view whatever the experiment's tags say (the GenAI / Model
+# training switch lives in the browser's storage); the URL parameter workflowType=machine_learning selects
+# the model-training view, and it is the link the runner prints.
+ML = "workflowType=machine_learning"
+
+
+def test_the_experiment_opens_on_its_runs_table(served_study):
+    base, exp_id, parent, _, tmp = served_study
+    dom = _chromium(f"{base}/#/experiments/{exp_id}?{ML}", OUTPUT / "experiment.png", tmp / "chrome1")
+    (OUTPUT / "experiment.html").write_text(dom, encoding="utf-8")
+    assert parent.info.run_name in dom                                # the study's parent run, in the table
+    assert "Run Name" in dom and "matching runs" in dom               # the runs table, not the traces overview
+    assert "No data available" not in dom
+
+
+def test_the_parent_run_page_shows_the_report(served_study):
+    base, exp_id, parent, report, tmp = served_study
+    dom = _chromium(f"{base}/#/experiments/{exp_id}/runs/{parent.info.run_id}?{ML}", OUTPUT / "parent_run.png",
+                    tmp / "chrome2")
+    (OUTPUT / "parent_run.html").write_text(dom, encoding="utf-8")
+    title = report.splitlines()[0].lstrip("# ").split(":")[0]
+    assert "Description" in dom and title in dom                      # the description is the report
+    assert "Provenance" in dom and "Claims" in dom
+    assert "wall_seconds" in dom                                      # and the parent's own metrics
