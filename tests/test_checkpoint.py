@@ -4,6 +4,8 @@ position; pruning keeps the newest; averaging is the element-wise mean; another 
 import pytest
 import torch
 
+from harness.train.dist import Ranks
+
 from harness.errors import UserError
 from harness.train import Checkpointer, list_checkpoints
 
@@ -75,7 +77,8 @@ def test_maybe_save_every_n_steps_and_only_on_the_main_rank(tmp_path):
     model, opt = _model_and_opt()
     state, clock = {"epoch": 0, "position": 0}, {"train_seconds": 0.0, "tokens_seen": 0}
     ckpt = Checkpointer(tmp_path / "main", {}, torch.device("cpu"), every=2)
-    other = Checkpointer(tmp_path / "other", {}, torch.device("cpu"), every=2, is_main=False)
+    # A rank other than 0 (world 1 here, so that no process group is needed for the RNG gather).
+    other = Checkpointer(tmp_path / "other", {}, torch.device("cpu"), every=2, ranks=Ranks(rank=1, world=1))
     for step in (1, 2, 3, 4):
         ckpt.maybe_save(step, model, opt, state, clock)
         other.maybe_save(step, model, opt, state, clock)
