@@ -141,3 +141,20 @@ class StudyProgress:
                 bar.set_postfix_str("", refresh=False)
             bar.refresh()
         return line
+
+
+_CURRENT: list = []      # the view of the study this driver runs now (Tune's callbacks reach it through say)
+
+
+def install(view):
+    """Make `view` the one that say() writes to; returns it."""
+    _CURRENT[:] = [view]
+    return view
+
+
+def say(line: str) -> None:
+    """A line for the user that must not be overwritten by the live view (a trial finished)."""
+    if _CURRENT:
+        _CURRENT[0].say(line)
+    else:
+        print(line, flush=True)

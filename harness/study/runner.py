@@ -22,6 +22,7 @@ from harness import overrides
 from harness.errors import UserError
 from harness.io import check_writable
 from harness.probes.cost import training_costs
+from harness.study import progress
 from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware
@@ -340,16 +341,17 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
         trainable, bundle, ctx, concurrency = _placement(study, cluster, gpu, len(todo), ctx)
         ray_seconds = time.perf_counter() - t0
 
-        view = _live_view(study, todo, ctx, concurrency, args)
+        # Tune pickles its callbacks: they reach the view (a thread, bars) through progress.say, by reference.
+        view = progress.install(_live_view(study, todo, ctx, concurrency, args))
 
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
                 r = trial.last_result
-                view.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: "
-                         f"{r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
+                progress.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: "
+                             f"{r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
 
             def on_trial_error(self, iteration, trials, trial, **info):
-                view.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED")
+                progress.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED")
 
         name = lambda t: f"{t.config['trial']['row']}-s{t.config['trial']['seed']}"  # noqa: E731
         tuner = tune.Tuner(
