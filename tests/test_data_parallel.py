@@ -156,7 +156,9 @@ def test_harness_train_under_torchrun_equals_one_process(one_and_two, tmp_path):
     common = ["-m", "harness", "train", "--preset", "tiny", "--threads", "1", "--quiet", "--json", *sets]
     one = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True,
                          timeout=300)
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    from tests.test_studies import _free_port
+    rdzv = [f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-backend=c10d", "--nnodes=1"]   # its own port
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", *rdzv, "--nproc-per-node", "2",
                           *common, "--out", str(tmp_path / "two")], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     a = json.loads(one.stdout.strip().splitlines()[-1])
