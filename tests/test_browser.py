@@ -7,13 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_studies import TWO_ROW_STUDY, _free_port
+from tests.test_studies import TWO_ROW_STUDY, _free_port, wait_for_server
 
 pytestmark = pytest.mark.slow
 
@@ -59,14 +57,7 @@ def served_study(tmp_path_factory):
                               stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not come up")
+        wait_for_server(base)
         OUTPUT.mkdir(parents=True, exist_ok=True)
         yield base, exp.experiment_id, parent, (tmp / "reports" / "table3.md").read_text(encoding="utf-8"), tmp
     finally:

@@ -257,6 +257,17 @@ def test_missing_study_file(capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def wait_for_server(uri: str) -> None:
+    """Until an `mlflow server` at uri answers its health check (a minute at most)."""
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail("mlflow server did not come up")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -293,14 +304,7 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     uri = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not come up")
+        wait_for_server(uri)
         study = tmp_path / "mini.yaml"
         study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
