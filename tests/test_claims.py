@@ -90,7 +90,7 @@ def test_every_claim_in_the_file_is_valid_and_names_real_rows():
 
 
 def test_check_claims_reads_finished_runs_only():
-    runs = pd.DataFrame({"tags.row": ["base", "base", "D1", "D1", "D1"], "tags.seed": ["0", "1", "0", "1", "2"],
+    runs = pd.DataFrame({"tags.row": ["D2", "D2", "D1", "D1", "D1"], "tags.seed": ["0", "1", "0", "1", "2"],
                          "status": ["FINISHED"] * 4 + ["FAILED"],
                          "metrics.dev_ppl": [2.0, 2.1, 3.0, 3.3, 1.0]})
     got = {c["id"]: c for c in claims.check_claims("table3", runs)}

@@ -151,6 +151,30 @@ def test_run_set_is_laid_over_every_row_after_the_profile():
     assert moved.trials[1].model["n_layers"] == 1                    # the row's own settings are kept
 
 
+def test_a_profile_changes_the_base_under_the_rows_and_single_rows_over_itself(tmp_path, capsys):
+    """`profiles.P.base` sits under the rows (a row's own setting wins: Table 2's big keeps its 20 averaged
+    checkpoints under Table 3's tiny averaging); `profiles.P.rows` sits over the profile (the D rows' smaller
+    training set) and under `run --set`; neither is inherited by a row of another study that includes it."""
+    from harness import overrides
+    t3 = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
+    assert t3["base"].train["average_last"] == 5 and t3["big"].train["average_last"] == 5
+    assert load_study(ROOT / "studies" / "table3.yaml", "paper").trials[0].train["average_last"] == 0
+    assert t3["D1"].data["train_pairs"] == t3["D2"].data["train_pairs"] < t3["base"].data["train_pairs"]
+    assert t3["D3"].data == t3["base"].data
+    t2 = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "tiny").trials}
+    assert (t2["base"].train["average_last"], t2["big"].train["average_last"]) == (5, 20)
+    modern = load_study(ROOT / "studies" / "modern.yaml", "tiny").trials
+    assert {t.data["train_pairs"] for t in modern} == {t3["base"].data["train_pairs"]}
+    moved = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["D1"], [0],
+                       sets=overrides.parse_sets(["data.train_pairs=300"]))
+    assert moved.trials[0].data["train_pairs"] == 300                 # --set is the last layer
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}}\n"
+                                        "profiles:\n  tiny:\n    rows: {C9: {n_layers: 1}}\n")
+    assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "profiles.tiny.rows.C9" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_run_set_is_refused_for_a_probe_study(capsys):
     assert main(["run", str(ROOT / "studies" / "table1.yaml"), "--set", "d_model=8", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()

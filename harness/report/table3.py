@@ -87,8 +87,9 @@ def _paired_delta(runs: pd.DataFrame, row: str, key: str) -> tuple[float, float]
 
 
 def _changes(table: pd.DataFrame) -> list[str]:
-    """Model/train params a row changes against the base beyond the printed columns (e.g. row E's
-    positional=learned, modern rows' norm or ffn), so rows that print alike can be told apart."""
+    """Model/train/data params a row changes against the base beyond the printed columns (e.g. row E's
+    positional=learned, modern rows' norm or ffn, the D rows' smaller training set in the tiny profile), so
+    rows that print alike can be told apart."""
     base = table.loc[table["row"] == "base", "_params"]
     if base.empty:
         return [""] * len(table)
@@ -100,7 +101,7 @@ def _changes(table: pd.DataFrame) -> list[str]:
                         "model.n_dec_layers": "model.n_layers"}
         return k in derived_from and params.get(k) == params.get(derived_from[k])
     return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
-                      if k.startswith(("model.", "train.")) and k not in shown and base.get(k) != v
+                      if k.startswith(("model.", "train.", "data.")) and k not in shown and base.get(k) != v
                       and not implied(k, params))
             for params in table["_params"]]
 

@@ -3,7 +3,10 @@
 A study names its table, a base, its rows (overrides of the base, in the paper's units), seeds, resources
 and profiles. A profile scales a study without copying it: `scale` multiplies chosen fields of every row
 (so the rows' relations survive, e.g. d_k = d_model / h in the A rows), then its own settings apply.
-Resolution order for a row: preset -> base -> row -> profile scale -> profile settings.
+Resolution order for a row: preset -> base -> the profile's changes to the base (`profiles.<name>.base`,
+which rows may still override, e.g. checkpoint averaging in Table 3's tiny profile) -> row -> profile scale
+-> profile settings -> the profile's own overrides of that row (`profiles.<name>.rows`, e.g. the D rows'
+smaller training set) -> `run --set`.
 Everything wrong is refused here with the file, the key and what is allowed (UserError, exit 2).
 """
 
@@ -32,7 +35,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
-                "seeds"}
+                "seeds", "base", "rows"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
@@ -144,30 +147,37 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
     if preset_name not in PRESETS:
         chk.fail("base.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}; "
                                 f"choose one of {', '.join(PRESETS)}.")
+    profile, prof = _pick_profile(chk, raw, profile)
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, PROFILE_KEYS)
+    prof_base = chk.mapping(prof.get("base"), f"{where}.base")
+    chk.keys(prof_base, f"{where}.base", BASE_KEYS - {"preset"})
     base_over = {s: {} for s in overrides.SECTIONS}
     for sec in overrides.SECTIONS:
-        part = _section_overrides(chk, chk.mapping(base.get(sec), f"base.{sec}"), f"base.{sec}", sec)
-        base_over[sec].update(part[sec])
+        for layer, at in ((base, "base"), (prof_base, f"{where}.base")):
+            part = _section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}", sec)
+            base_over[sec].update(part[sec])
 
     all_rows = chk.mapping(raw["rows"], "rows")
     if not all_rows:
         chk.fail("rows", "must name at least one row.")
     row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
                 for r, v in all_rows.items()}
-
-    profile, prof = _pick_profile(chk, raw, profile)
-    where = f"profiles.{profile}"
-    chk.keys(prof, where, PROFILE_KEYS)
     if "preset" in prof:
         preset_name = prof["preset"]
         if preset_name not in PRESETS:
             chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}.")
     factors, prof_over = _profile_overrides(chk, prof, where)
+    prof_rows = chk.mapping(prof.get("rows"), f"{where}.rows")
+    for r in prof_rows:
+        if r not in all_rows:
+            chk.fail(f"{where}.rows.{r}", f"names no row of the study{suggest(str(r), all_rows)}; its rows: "
+                                          f"{', '.join(map(str, all_rows))}.")
+    prof_row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"{where}.rows.{r}"), f"{where}.rows.{r}", None)
+                     for r, v in prof_rows.items()}
     if "seed" in sets.get("train", {}):
         raise UserError("--set train.seed is not accepted by `run`: choose the trials' seeds with --seeds, e.g. "
                         "--seeds 0,1,2.")
-    for sec, values in sets.items():      # `run --set`: the last layer, over every row
-        prof_over[sec] = {**prof_over[sec], **values}
     resources, requires = _resources(chk, raw, prof, where)
 
     chosen = _pick_rows(path, all_rows, rows)
@@ -175,9 +185,12 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
 
     trials = []
     for r in chosen:
+        # the profile's settings, then its overrides of this row, then `run --set` (the last layer, every row)
+        last = {sec: {**prof_over[sec], **prof_row_over.get(r, {}).get(sec, {}), **sets.get(sec, {})}
+                for sec in overrides.SECTIONS}
         for seed in chosen_seeds:
             try:
-                trials.append(_resolve(preset_name, base_over, row_over[r], factors, prof_over, seed))
+                trials.append(_resolve(preset_name, base_over, row_over[r], factors, last, seed))
             except (ConfigError, UserError, TypeError) as err:
                 chk.fail(f"rows.{r} (profile {profile}{', with --set' if sets else ''})", str(err))
             trials[-1] = dataclasses.replace(trials[-1], row=r)
@@ -248,7 +261,8 @@ def _pick_profile(chk: _Checker, raw: dict, profile: str | None) -> tuple[str, d
 def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) -> dict:
     """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
     relative to this one; it may include in turn) is the start, and this profile's own settings are laid
-    over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole)."""
+    over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole).
+    The included profile's `rows` are left behind: they name rows of the other study."""
     if "include" not in prof:
         return prof
     ref = prof["include"]
@@ -270,6 +284,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
         chk.fail(f"{where}.include", f"{file} has no profile {name!r}{suggest(name, profiles)}.")
     merged = dict(_included(sub, sub.mapping(profiles[name], f"profiles.{name}"), f"profiles.{name}",
                             (*seen, chk.path.resolve())))
+    merged.pop("rows", None)    # a profile's overrides of single rows belong to its own study's rows
     for key, value in prof.items():
         if key == "include":
             continue
