@@ -1,4 +1,4 @@
-"""What this process runs on: the host allocator, the project's checkout and the hardware.
+"""What this process runs on: the host allocator, the project's checkout, the libraries and the hardware.
 
 Host memory: keep glibc from handing large blocks back to the OS between training steps. By default glibc
 serves a block above its mmap threshold (128 KiB at start, raised as blocks are freed) with fresh pages from
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -57,3 +58,21 @@ def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
 def hardware() -> str:
     gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return f"{platform.machine()} {os.cpu_count()} CPU cores{gpu}, torch {torch.__version__}"
+
+
+# The libraries a result depends on, recorded with every run (tags version.<name>) and printed in reports.
+TRACKED_PACKAGES = ("attention-harness", "torch", "ray", "mlflow", "sacrebleu", "sentencepiece", "fvcore")
+
+
+def versions() -> dict[str, str]:
+    """{"version.torch": "2.13.0", ...} from the installed distributions' metadata (nothing is imported);
+    "not installed" where one is missing (e.g. a GPU box with only the model core's packages). The project's
+    own version stands in for the commit where the code is not a git checkout (an installed wheel)."""
+    out = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[f"version.{name}"] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[f"version.{name}"] = "not installed"
+    return out
+

@@ -5,7 +5,8 @@ MLFLOW_TRACKING_URI points at a shared server. The client API is used throughout
 state), so a Ray worker can open, reopen and close its own run. Metrics are sent in batches.
 
 Child runs carry the tags study, version, row, profile, seed, config_hash, trial_key, git_sha, git_dirty,
-hardware; params are the resolved configs, flattened (model.d_model, train.steps, data.name, ...).
+hardware (the worker's own), version.<package> (torch, ray, mlflow, sacrebleu, sentencepiece, fvcore and the
+project: harness/system.versions), workers and backend; the parent has the same version tags; params are the resolved configs, flattened (model.d_model, train.steps, data.name, ...).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import torch
 
 from model import TransformerConfig
 
+from harness import system
 from harness.data.corpus import DataConfig
 from harness.tracking import TrialRun, flatten
 from harness.train import TrainConfig, train
@@ -83,7 +84,8 @@ def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
         _training_trial(trial, out_dir, None, ranks)
         return {}
     tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
-            "trial_kind": trial.kind, "workers": ranks.world, "backend": ranks.backend or "none (one process)"}
+            "trial_kind": trial.kind, "workers": ranks.world, "backend": ranks.backend or "none (one process)",
+            "hardware": system.hardware(), **system.versions()}   # this worker's own: a cluster's nodes may differ
     params_of, body = KINDS[trial.kind]
     run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params_of(trial)))
     try:

@@ -45,7 +45,7 @@ def log_study(client: MlflowClient, study: str, trials: list, rows: str) -> str:
     exp = client.create_experiment(study, artifact_location=(db.parent / "mlruns").as_uri())
     t0 = 1_700_000_000_000
     common = {"study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "True",
-              "hardware": "2 CPU cores (test)"}
+              "hardware": "2 CPU cores (test)", "version.torch": "9.9.9", "version.ray": "8.8.8"}
     parent = client.create_run(exp, start_time=t0, tags={
         **common, "kind": "study", "command": COMMAND.replace("table3", study), "started": "2025-01-02T03:04:05",
         "run_dir": "/tmp/runs/x"}).info.run_id
@@ -200,6 +200,7 @@ def test_markdown_provenance_and_index(table3):
     assert COMMAND in head and SHA in head and "dirty" in head and parent_id in head
     assert "tiny" in head and "2 CPU cores (test)" in head and "2025-01-02T03:04:05" in head
     assert "321 s" in head and "12.5 %" in head
+    assert "versions: ray 8.8.8, torch 9.9.9; trials trained on 2 CPU cores (test)" in head
     assert "harness/paper/tables.yaml" in head and load_tables()["table3"]["metrics"]["bleu"] in head
     assert "made-up corpus" in head
     paper_base_bleu = f"{load_tables()['table3']['rows']['base']['bleu']:.1f}"

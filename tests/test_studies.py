@@ -319,6 +319,7 @@ profiles:
 
 @pytest.mark.slow
 def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
+    import mlflow
     from mlflow import MlflowClient
     port = _free_port()
     server = subprocess.Popen(
@@ -343,12 +344,16 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
         children = [r for r in runs if r.data.tags.get("kind") == "trial"]
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
         assert sorted(r.data.tags["row"] for r in children) == ["A1", "base"]
+        assert parents[0].data.tags["version.mlflow"] == mlflow.__version__
         for r in children:
             assert r.info.status == "FINISHED"
             assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
             assert r.data.metrics["dev_ppl"] > 1 and "dev_bleu" in r.data.metrics
             assert r.data.params["model.n_heads"] in ("4", "1")
             assert {"study", "version", "profile", "seed", "config_hash", "git_sha", "hardware"} <= set(r.data.tags)
+            import torch
+            assert r.data.tags["version.torch"] == torch.__version__ and "CPU cores" in r.data.tags["hardware"]
+            assert {f"version.{n}" for n in ("ray", "mlflow", "sacrebleu", "sentencepiece")} <= set(r.data.tags)
             assert len(client.get_metric_history(r.info.run_id, "train_loss")) == 3
             assert {a.path for a in client.list_artifacts(r.info.run_id)} >= {"config.json", "metrics.jsonl"}
         again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -132,6 +132,18 @@ def provenance_line(parent: dict) -> str:
             f"profile `{tags.get('profile', '?')}` · {tags.get('hardware', '?')} · {tags.get('started', '?')}")
 
 
+def _versions_line(tags: dict, runs: pd.DataFrame) -> list[str]:
+    """The libraries the study ran with (the parent's version.* tags) and the hardware its trials trained on
+    (each child's own hardware tag: on a cluster it is the worker's); nothing for a store written before
+    these tags existed."""
+    named = [(k[len("version."):], v) for k, v in sorted(tags.items()) if k.startswith("version.")]
+    devices = sorted(set(runs["tags.hardware"].dropna())) if "tags.hardware" in runs else []
+    if not named and not devices:
+        return []
+    line = "- versions: " + ", ".join(f"{name} {v}" for name, v in named) if named else "- versions: ?"
+    return [line + (f"; trials trained on {', '.join(devices)}" if devices else "")]
+
+
 def header_lines(study: str, results: dict, caption: str | None = None) -> list[str]:
     """The lines every report opens with: title (with the paper's caption), the do-not-edit note, the
     provenance line the index copies, then command, commit, profile, hardware, MLflow parent run, wall
@@ -147,6 +159,7 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
              f"- git SHA: `{tags.get('git_sha', '?')}`, uncommitted changes: {tags.get('git_dirty', '?')}",
              f"- study version {tags.get('version', '?')}, profile `{tags.get('profile', '?')}`, "
              f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
+             *_versions_line(tags, runs),
              f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
              f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
              f"- wall time {num(wall, '{:.0f}')} s, Ray + MLflow overhead share "

@@ -25,7 +25,7 @@ from harness.probes.cost import training_costs
 from harness.study import progress
 from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
-from harness.system import git_state, hardware
+from harness.system import git_state, hardware, versions
 from harness.tracking import StudyTracking, tracking_uri
 from harness.trial import Trial
 
@@ -214,7 +214,7 @@ def run_study(args) -> int:
     t_start = time.perf_counter()
     sha, dirty = git_state()
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
-            "git_dirty": dirty, "hardware": hardware()}
+            "git_dirty": dirty, "hardware": hardware(), **versions()}
     parent_id, run_dir = _open_parent(tracking, study, parent, tags, args.runs_dir, len(todo))
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
