@@ -11,6 +11,7 @@ project: harness/system.versions), workers and backend; the parent has the same 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -328,6 +329,37 @@ def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], t
     for path in files:
         client.log_artifact(parent_id, str(path), artifact_path="report")
     client.log_table(parent_id, data=table, artifact_file="report/table.json")
+    share_view(uri, parent_id)
+
+
+# The MLflow UI's shared views (its runs page's "Share" button): an experiment tag holding a view state, opened
+# by `#/experiments/<id>/runs?viewStateShareKey=<key>`. The UI reads plain JSON there (or its own compressed
+# form) with the runs table's settings: which columns, which parent runs are expanded, the sort.
+VIEW_PREFIX = "mlflow.sharedViewState."
+# A study's key figures, in this order, where its trials logged them (train studies: PPL, both BLEUs and
+# size; Table 4: F1 and the share of trees; Table 1: the fitted exponents).
+VIEW_METRICS = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "test_f1",
+                "test_f1_constrained", "test_well_formed", "exp_n_fwd", "exp_d_fwd", "params", "train_seconds")
+VIEW_PARAMS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_heads", "model.p_drop", "probe.layer")
+
+
+def share_view(uri: str, parent_id: str) -> str:
+    """Save the study invocation's view of the runs table in MLflow (its parent run expanded, its trials'
+    row, seed, key metrics and knobs as columns) and return the link to it, relative to the server's root."""
+    client = MlflowClient(uri)
+    parent = client.get_run(parent_id)
+    exp = parent.info.experiment_id
+    children = client.search_runs([exp], f"tags.mlflow.parentRunId = {_quote(parent_id)}", max_results=50)
+    metrics = {k for r in children for k in r.data.metrics}
+    params = {k for r in children for k in r.data.params}
+    columns = ["tags.`row`", "tags.`seed`",
+               *(f"metrics.`{k}`" for k in VIEW_METRICS if k in metrics),
+               *(f"params.`{k}`" for k in VIEW_PARAMS if k in params)]
+    state = {"selectedColumns": columns, "runsExpanded": {parent_id: True},
+             "orderByKey": "attributes.start_time", "orderByAsc": False}
+    client.set_experiment_tag(exp, VIEW_PREFIX + parent_id, json.dumps(state))
+    # workflowType: a fresh browser opens MLflow 3.17 in its GenAI view whatever the experiment's kind says
+    return f"#/experiments/{exp}/runs?viewStateShareKey={parent_id}&workflowType=machine_learning"
 
 
 def trial_progress(uri: str, experiment_id: str, parent_id: str) -> dict[str, dict]:

@@ -4,6 +4,7 @@ table and the parent run's page. The assertions read the DOM Chromium rendered; 
 under runs/browser-test/ (or $HARNESS_TEST_OUTPUT) for a person to look at."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,8 @@ def served_study(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp / "runs"),
                            "--quiet"], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+    view = re.search(r"http://127\.0\.0\.1:5000/(#/\S+)", done.stdout)
+    assert view, done.stdout                                          # the link the study prints at its end
     rep = subprocess.run([sys.executable, "-m", "harness", "report", "--out", str(tmp / "reports")], cwd=tmp,
                          env=env, capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stdout + rep.stderr
@@ -59,7 +62,8 @@ def served_study(tmp_path_factory):
     try:
         wait_for_server(base)
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        yield base, exp.experiment_id, parent, (tmp / "reports" / "table3.md").read_text(encoding="utf-8"), tmp
+        yield base, exp.experiment_id, parent, (tmp / "reports" / "table3.md").read_text(encoding="utf-8"), tmp, \
+            view.group(1), client
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -72,7 +76,7 @@ ML = "workflowType=machine_learning"
 
 
 def test_the_experiment_opens_on_its_runs_table(served_study):
-    base, exp_id, parent, _, tmp = served_study
+    base, exp_id, parent, _, tmp, _, _ = served_study
     dom = _chromium(f"{base}/#/experiments/{exp_id}?{ML}", OUTPUT / "experiment.png", tmp / "chrome1")
     (OUTPUT / "experiment.html").write_text(dom, encoding="utf-8")
     assert parent.info.run_name in dom                                # the study's parent run, in the table
@@ -81,7 +85,7 @@ def test_the_experiment_opens_on_its_runs_table(served_study):
 
 
 def test_the_parent_run_page_shows_the_report(served_study):
-    base, exp_id, parent, report, tmp = served_study
+    base, exp_id, parent, report, tmp, _, _ = served_study
     dom = _chromium(f"{base}/#/experiments/{exp_id}/runs/{parent.info.run_id}?{ML}", OUTPUT / "parent_run.png",
                     tmp / "chrome2")
     (OUTPUT / "parent_run.html").write_text(dom, encoding="utf-8")
@@ -89,3 +93,19 @@ def test_the_parent_run_page_shows_the_report(served_study):
     assert "Description" in dom and title in dom                      # the description is the report
     assert "Provenance" in dom and "Claims" in dom
     assert "wall_seconds" in dom                                      # and the parent's own metrics
+
+
+def test_the_printed_link_opens_the_trials_with_their_metrics_as_columns(served_study):
+    """The link a study prints (a view it saved in MLflow) shows the invocation's parent run expanded, a row
+    per trial, and the key metrics and knobs as columns with the trials' values."""
+    base, _, parent, _, tmp, view, client = served_study
+    dom = _chromium(f"{base}/{view}", OUTPUT / "runs_table.png", tmp / "chrome3")
+    (OUTPUT / "runs_table.html").write_text(dom, encoding="utf-8")
+    children = client.search_runs([parent.info.experiment_id], "tags.kind = 'trial'")
+    assert len(children) == 2
+    for child in children:
+        assert child.info.run_name in dom                             # the trials, under their expanded parent
+    for column in ("dev_ppl", "dev_bleu", "dev_bleu_tok", "model.n_heads"):
+        assert column in dom, column
+    ppl = children[0].data.metrics["dev_ppl"]
+    assert f"{ppl:.2f}"[:-1] in dom                                   # a metric's value in its cell

@@ -242,3 +242,32 @@ def test_unreachable_store_is_a_user_error(tmp_path, monkeypatch, where):
     with pytest.raises(UserError, match="cannot read the MLflow tracking store") as err:
         write_report("table3", tmp_path / "out", uri)
     assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_the_convergence_check_reads_the_last_weights_not_their_average(tmp_path):
+    """Averaged, a row's final dev PPL is its checkpoints' mean; whether training still improved is read from
+    the curve ending in the last weights' own dev PPL (dev_ppl_last), so averaging's gain is not mistaken
+    for a run stopped early."""
+    from harness.report.common import row_diagnostics
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("t", artifact_location=(tmp_path / "mlruns").as_uri())
+    curve = [(10, 3.0), (20, 2.5), (30, 2.0), (40, 1.5)]          # 40: the averaged checkpoints
+    for row, live in (("base", 1.98), ("C1", None)):
+        run = client.create_run(exp, tags={"row": row}).info.run_id
+        metrics = [Metric("dev_ppl", v, 0, step) for step, v in curve]
+        if live is not None:
+            metrics.append(Metric("dev_ppl_last", live, 0, 40))
+        client.log_batch(run, metrics=metrics)
+        client.set_terminated(run, "FINISHED")
+    import mlflow
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        runs = mlflow.search_runs([exp])
+    finally:
+        mlflow.set_tracking_uri(before)
+    diag = row_diagnostics(runs, uri)
+    assert diag["base"]["drop"] == pytest.approx(1 - 1.98 / 2.0) and diag["base"]["ppl"] == pytest.approx(1.5)
+    assert diag["C1"]["drop"] == pytest.approx(1 - 1.5 / 2.0)      # no last-weights figure: the curve as logged
+    assert diag["base"]["span"] == (30, 40)

@@ -90,6 +90,7 @@ def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path, data_cfg, datase
     paths = list_checkpoints(tmp_path / "run" / "checkpoints")
     assert [p.name for p in paths] == ["step_00000002.pt", "step_00000004.pt", "step_00000006.pt"]
     assert metrics["averaged_checkpoints"] == 3
+    assert metrics["dev_ppl_last"] > 1 and metrics["dev_ppl_last"] != metrics["dev_ppl"]   # the last weights' own
     states = [torch.load(p, weights_only=True)["model"] for p in paths]
     avg = average_checkpoints(paths)
     key = "decoder.layers.0.ffn.sublayer.w1.weight"

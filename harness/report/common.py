@@ -174,17 +174,24 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
 
 def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
     """Per row, from its finished seeds: final dev PPL (mean), and how much its dev PPL still fell over the
-    last quarter of its steps (from the dev PPL logged every eval_every steps), as a fraction and the steps."""
+    last quarter of its steps (from the dev PPL logged every eval_every steps), as a fraction and the steps.
+    Where the final score is of averaged checkpoints, the curve ends in the last weights' own dev PPL
+    (dev_ppl_last): convergence is a question about the weights training reached, not about their average."""
     out: dict[str, dict] = {}
     done = runs[runs["status"] == "FINISHED"]
     for row, g in done.groupby(done["tags.row"].astype(str)):
         finals, drops, span, rose = [], [], None, []
+        live_of = dict(zip(g["run_id"], g["metrics.dev_ppl_last"])) if "metrics.dev_ppl_last" in g else {}
         for run in g.itertuples(index=False):
             hist = sorted(tracking.metric_history(uri, run.run_id, "dev_ppl"))
             if not hist:
                 continue
             last_step, last = hist[-1]
             finals.append(last)
+            live = live_of.get(run.run_id)
+            if live is not None and pd.notna(live):   # averaged: the curve of the trained weights ends in theirs
+                hist[-1] = (last_step, float(live))
+                last = float(live)
             rose.append(last > min(v for _, v in hist) * 1.02)     # over-fitting: dev PPL up from its best
             later = [(s, v) for s, v in hist if s >= 0.75 * last_step and s < last_step]
             if later and last_step > 0:

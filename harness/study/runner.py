@@ -26,7 +26,7 @@ from harness.study import progress
 from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware, versions
-from harness.tracking import StudyTracking, tracking_uri
+from harness.tracking import StudyTracking, share_view, tracking_uri
 from harness.trial import Trial
 
 
@@ -304,9 +304,10 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
           f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")
-    print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/#/experiments/"
-          f"{tracking.experiment_id}?workflowType=machine_learning (the runs table; after `report`, the parent "
-          f"run's description is the report)")
+    view = share_view(tracking.uri, parent_id)
+    print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/{view} (the runs "
+          f"table, this invocation's trials under its parent run; after `report`, the parent run's description "
+          f"is the report)")
     return 0 if not failed else 1
 
 

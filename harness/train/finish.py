@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from harness.eval.evaluate import evaluate
+from harness.eval.evaluate import evaluate, perplexity
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import _compiled_graphs
 from harness.train.config import TrainConfig
@@ -15,15 +15,19 @@ from harness.train.config import TrainConfig
 
 def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer) -> tuple[dict, list]:
     """Average the last cfg.average_last checkpoints into the model (when more than one), then score it.
-    With eval_test, the last checkpoint alone is scored on the test set first (the *_last metrics)."""
+    Averaged, the last checkpoint alone is scored first: its dev PPL (dev_ppl_last) and, with eval_test, the
+    whole test evaluation (the test_*_last metrics)."""
     eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained)
     averaged, last_metrics = 0, {}
     if cfg.average_last > 1:
-        if cfg.eval_test:   # what averaging buys: the last checkpoint alone, scored on the test set first
+        # The last weights' own dev PPL ends the learning curve (whether training had converged is a question
+        # about them, not about their average); what averaging buys is the difference from dev_ppl.
+        last_metrics["dev_ppl_last"] = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
+        if cfg.eval_test:   # and on the test set, the last checkpoint alone scored in full first
             scored, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
-            last_metrics = {f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))}
+            last_metrics.update({f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))})
         weights, averaged = ckpt.average(cfg.average_last)
         model.load_state_dict(weights)
     metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
