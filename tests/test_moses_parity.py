@@ -1,13 +1,13 @@
 """Our Moses port against the real scripts' outputs in tests/fixtures/moses (see its README for the Moses
-commit and the commands): every line of every stage equal."""
+commit and the commands): every line of every stage equal, multi-bleu's printed line equal."""
 
 from pathlib import Path
 
 import pytest
 
 from harness.errors import UserError
-from harness.eval.bleu import (moses_tokenize, paper_tokenize, replace_unicode_punctuation, split_compounds,
-                               tokenized_bleu)
+from harness.eval.bleu import (moses_tokenize, multi_bleu, paper_tokenize, replace_unicode_punctuation,
+                               split_compounds, tokenized_bleu)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "moses"
 LANGS = ("de", "fr", "en")
@@ -80,11 +80,51 @@ def test_fixtures_cover_the_reported_differences():
     assert en["He said 'hi.'"] == "He said &apos; hi . &apos; "                  # Moses' trailing space
 
 
+# ------------------------------------------------------------------------------------------- multi-bleu
+
+def multi_bleu_line(name: str) -> str:
+    (line,) = read_lines(FIXTURES / "bleu" / name)
+    return line
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_tokenized_bleu_matches_multi_bleu_perl(lang):
+    hyps, refs = read_lines(FIXTURES / "bleu" / f"{lang}.hyp"), read_lines(FIXTURES / "bleu" / f"{lang}.ref")
+    for result, name in ((tokenized_bleu(hyps, refs, lang=lang), f"{lang}.multi-bleu.txt"),
+                         (tokenized_bleu(refs, hyps, lang=lang), f"{lang}.reversed.multi-bleu.txt")):
+        line = multi_bleu_line(name)
+        assert str(result) == line                                      # every printed part, same rounding
+        perl_score = float(line.split(",")[0].removeprefix("BLEU = "))
+        assert result.score == pytest.approx(perl_score, abs=0.01)
+        assert 0 < result.score < 100 and float(result) == result.score
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_tokenized_sides_match_moses(lang):
+    for side in ("hyp", "ref"):
+        raw = read_lines(FIXTURES / "bleu" / f"{lang}.{side}")
+        assert mismatches(lambda line: paper_tokenize(line, lang), raw,
+                          read_lines(FIXTURES / "bleu" / f"{lang}.{side}.atat")) == []
+
+
+def test_multi_bleu_on_perl_tokenized_files():
+    for lang in LANGS:
+        hyps = read_lines(FIXTURES / "bleu" / f"{lang}.hyp.atat")
+        refs = read_lines(FIXTURES / "bleu" / f"{lang}.ref.atat")
+        assert str(multi_bleu(hyps, refs)) == multi_bleu_line(f"{lang}.multi-bleu.txt")
+
+
+def test_zero_bleu_still_prints_its_parts():
+    result = tokenized_bleu(read_lines(FIXTURES / "bleu" / "zero.hyp"), read_lines(FIXTURES / "bleu" / "zero.ref"))
+    assert str(result) == multi_bleu_line("zero.multi-bleu.txt")
+    assert result.score == 0.0 and result.precisions[0] > 0
+
+
 def test_target_language_changes_the_score():
     # The French pair tokenized with German rules gives a different (wrong) score: "l'homme" is split
     # three ways instead of two, and French abbreviations are not German ones.
     hyps, refs = read_lines(FIXTURES / "bleu" / "fr.hyp"), read_lines(FIXTURES / "bleu" / "fr.ref")
-    assert tokenized_bleu(hyps, refs, lang="de") != pytest.approx(tokenized_bleu(hyps, refs, lang="fr"))
+    assert tokenized_bleu(hyps, refs, lang="de").score != pytest.approx(tokenized_bleu(hyps, refs, lang="fr").score)
 
 
 def test_unknown_language_is_rejected():

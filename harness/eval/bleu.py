@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 
 import regex  # Perl-style Unicode properties (\p{IsAlnum} ...); a dependency of sacrebleu
 from sacrebleu.metrics import BLEU
@@ -260,12 +261,37 @@ def _ngrams(tokens: list[str], n: int) -> Counter:
     return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
 
 
-def multi_bleu(hyps_tok: list[str], refs_tok: list[str]) -> float:
+@dataclass(frozen=True)
+class BleuResult:
+    """multi-bleu.perl's result with its parts: `score` (0-100, unrounded), the clipped 1- to 4-gram
+    `precisions` (0-100), the brevity penalty `bp`, `ratio` = hyp_len / ref_len, and the corpus lengths in
+    tokens. str() prints multi-bleu.perl's line; float() gives the score."""
+
+    score: float
+    precisions: tuple[float, float, float, float]
+    bp: float
+    ratio: float
+    hyp_len: int
+    ref_len: int
+
+    def __float__(self) -> float:
+        return self.score
+
+    def __str__(self) -> str:
+        if self.ref_len == 0:  # multi-bleu.perl prints this fixed line (and exits 1)
+            return "BLEU = 0, 0/0/0/0 (BP=0, ratio=0, hyp_len=0, ref_len=0)"
+        p1, p2, p3, p4 = self.precisions
+        return (f"BLEU = {self.score:.2f}, {p1:.1f}/{p2:.1f}/{p3:.1f}/{p4:.1f} (BP={self.bp:.3f}, "
+                f"ratio={self.ratio:.3f}, hyp_len={self.hyp_len}, ref_len={self.ref_len})")
+
+
+def multi_bleu(hyps_tok: list[str], refs_tok: list[str]) -> BleuResult:
     """multi-bleu.perl on already-tokenized text, one reference, case-sensitive, unrounded (0-100).
 
     Corpus level: clipped n-gram matches and totals (n = 1..4) summed over all sentences, geometric mean
     of the four precisions, brevity penalty exp(1 - r/c) when the hypothesis length c < reference length
-    r. No smoothing: any zero precision gives 0. multi-bleu prints this rounded to 2 decimals.
+    r. No smoothing: any zero precision gives 0. The arithmetic follows the script's order, so str() of
+    the result is the line multi-bleu.perl prints.
     """
     _check(hyps_tok, refs_tok)
     correct, total = [0] * 5, [0] * 5
@@ -277,17 +303,26 @@ def multi_bleu(hyps_tok: list[str], refs_tok: list[str]) -> float:
             h_ngrams, r_ngrams = _ngrams(h, n), _ngrams(r, n)
             total[n] += sum(h_ngrams.values())
             correct[n] += sum(min(c, r_ngrams[g]) for g, c in h_ngrams.items())
-    if ref_len == 0 or hyp_len == 0 or any(correct[n] == 0 for n in range(1, 5)):
-        return 0.0  # multi-bleu: zero precision -> log -9999999999 -> 0; empty hypotheses: perl dies
-    log_p = sum(math.log(correct[n] / total[n]) for n in range(1, 5)) / 4
+    precisions = [correct[n] / total[n] if total[n] else 0.0 for n in range(1, 5)]
+    if ref_len == 0:
+        return BleuResult(0.0, (0.0, 0.0, 0.0, 0.0), 0.0, 0.0, hyp_len, 0)
+    if hyp_len == 0:
+        # multi-bleu.perl dies here (division by zero in the brevity penalty); BP's limit is 0.
+        return BleuResult(0.0, (0.0, 0.0, 0.0, 0.0), 0.0, 0.0, 0, ref_len)
     bp = math.exp(1 - ref_len / hyp_len) if hyp_len < ref_len else 1.0
-    return 100 * bp * math.exp(log_p)
+    if any(p == 0 for p in precisions):
+        bleu = 0.0  # multi-bleu: log(0) -> -9999999999, exp of which is 0
+    else:
+        bleu = bp * math.exp(sum(math.log(p) for p in precisions) / 4)
+    return BleuResult(100 * bleu, tuple(100 * p for p in precisions), bp, hyp_len / ref_len, hyp_len, ref_len)
 
 
-def tokenized_bleu(hyps: list[str], refs: list[str], refs_tokenized: bool = False, lang: str = "de") -> float:
+def tokenized_bleu(hyps: list[str], refs: list[str], refs_tokenized: bool = False,
+                   lang: str = "de") -> BleuResult:
     """The paper's BLEU: `paper_tokenize` both sides with the Moses rules of the target language `lang`
     (de, fr, en; refs_tokenized=True: refs are already Moses-tokenized, e.g. tensor2tensor's
-    newstest2014.tok.de, and only get the compound split), then `multi_bleu`.
+    newstest2014.tok.de, and only get the compound split), then `multi_bleu`. Use `.score` (or float())
+    for the number, str() for multi-bleu.perl's line with its parts.
 
     Expect it 0.7-1.5 above `sacre_bleu` on real newstest2014 output (the 13a tokenizer is not Moses',
     and ##AT## splitting adds easy matches); report sacreBLEU with its signature alongside.
