@@ -14,7 +14,7 @@ LANGS = ("de", "fr", "en")
 
 
 def read_lines(path: Path) -> list[str]:
-    """Lines split on \\n only: some fixture lines hold \\r, \\x0b, \\x85 or \\u2028 (splitlines() would cut)."""
+    """Lines split on \\n only: fixture lines hold \\r, \\x0b, \\x85 and \\u2028, where splitlines() cuts."""
     text = path.read_bytes().decode("utf-8")
     assert text.endswith("\n"), path
     return text[:-1].split("\n")
@@ -115,7 +115,8 @@ def test_multi_bleu_on_perl_tokenized_files():
 
 
 def test_zero_bleu_still_prints_its_parts():
-    result = tokenized_bleu(read_lines(FIXTURES / "bleu" / "zero.hyp"), read_lines(FIXTURES / "bleu" / "zero.ref"))
+    hyps, refs = read_lines(FIXTURES / "bleu" / "zero.hyp"), read_lines(FIXTURES / "bleu" / "zero.ref")
+    result = tokenized_bleu(hyps, refs)
     assert str(result) == multi_bleu_line("zero.multi-bleu.txt")
     assert result.score == 0.0 and result.precisions[0] > 0
 
@@ -124,7 +125,9 @@ def test_target_language_changes_the_score():
     # The French pair tokenized with German rules gives a different (wrong) score: "l'homme" is split
     # three ways instead of two, and French abbreviations are not German ones.
     hyps, refs = read_lines(FIXTURES / "bleu" / "fr.hyp"), read_lines(FIXTURES / "bleu" / "fr.ref")
-    assert tokenized_bleu(hyps, refs, lang="de").score != pytest.approx(tokenized_bleu(hyps, refs, lang="fr").score)
+    as_german, as_french = tokenized_bleu(hyps, refs, lang="de"), tokenized_bleu(hyps, refs, lang="fr")
+    assert as_german.score != pytest.approx(as_french.score)
+    assert str(as_french) == multi_bleu_line("fr.multi-bleu.txt")
 
 
 def test_unknown_language_is_rejected():
