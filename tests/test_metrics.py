@@ -1,4 +1,5 @@
-"""BLEU: sacreBLEU wrapper, the Moses -l de tokenizer subset, compound splitting and multi-bleu."""
+"""BLEU: sacreBLEU wrapper, the Moses tokenizer port, compound splitting and multi-bleu (hand-worked cases;
+tests/test_moses_parity.py checks them against the real scripts' outputs)."""
 
 import math
 
@@ -63,7 +64,9 @@ def test_copy_baseline():
     ("E-Mail-Adresse - ok", "E-Mail-Adresse - ok"),
     # XML escaping of & | < > [ ]
     ("a<b & [c] | d", "a &lt; b &amp; &#91; c &#93; &#124; d"),
-    ("   ", ""),
+    # whitespace-only lines come back unchanged, as tokenizer.perl prints them (Unicode whitespace too)
+    ("   ", "   "),
+    ("\u3000", "\u3000"),
 ])
 def test_moses_tokenize(raw, tok):
     assert moses_tokenize(replace_unicode_punctuation(raw)) == tok
@@ -99,28 +102,34 @@ def test_multi_bleu_hand_worked():
     #   3-grams: the cat sat, cat sat on, sat on the match; on the mat not -> p3 = 3/4
     #   4-grams: the cat sat on, cat sat on the match; sat on the mat not  -> p4 = 2/3
     #   BP = exp(1 - 7/6) = 0.8465; BLEU = BP * (1 * 4/5 * 3/4 * 2/3) ** (1/4) = 0.8465 * 0.7953 = 67.32
-    score = multi_bleu(["the cat sat on the mat"], ["the cat sat on the red mat"])
-    assert score == pytest.approx(100 * math.exp(-1 / 6) * 0.4 ** 0.25, abs=1e-9)
-    assert round(score, 2) == 67.32
+    result = multi_bleu(["the cat sat on the mat"], ["the cat sat on the red mat"])
+    assert result.score == pytest.approx(100 * math.exp(-1 / 6) * 0.4 ** 0.25, abs=1e-9)
+    assert result.precisions == pytest.approx((100.0, 80.0, 75.0, 100 * 2 / 3))
+    assert (result.hyp_len, result.ref_len, result.bp) == (6, 7, pytest.approx(math.exp(-1 / 6)))
+    assert str(result) == "BLEU = 67.32, 100.0/80.0/75.0/66.7 (BP=0.846, ratio=0.857, hyp_len=6, ref_len=7)"
 
 
 def test_multi_bleu_is_corpus_level():
     # Sentence 2 alone has no 3- or 4-grams (BLEU 0), but counts are summed over the corpus:
     #   p1 = (4+2)/(4+2), p2 = (3+1)/(3+1), p3 = 2/2, p4 = 1/1; c = 6, r = 4+4 = 8
     #   BLEU = exp(1 - 8/6) = exp(-1/3) = 71.65
-    score = multi_bleu(["a b c d", "e f"], ["a b c d", "e f g h"])
+    score = multi_bleu(["a b c d", "e f"], ["a b c d", "e f g h"]).score
     assert score == pytest.approx(100 * math.exp(-1 / 3), abs=1e-9)
 
 
 def test_multi_bleu_edge_cases():
-    assert multi_bleu(["Das ist ein Test ."], ["Das ist ein Test ."]) == pytest.approx(100.0)
+    assert multi_bleu(["Das ist ein Test ."], ["Das ist ein Test ."]).score == pytest.approx(100.0)
     # no matching 4-gram -> precision 0 -> BLEU 0 (no smoothing), although 1-3-grams match
-    assert multi_bleu(["a b c x d"], ["a b c y d"]) == 0.0
+    assert multi_bleu(["a b c x d"], ["a b c y d"]).score == 0.0
     # case-sensitive, clipped counts: "the the the" vs "The cat the": p1 = 1/3, no bigrams -> 0
-    assert multi_bleu(["the the the"], ["The cat the"]) == 0.0
-    assert multi_bleu([""], ["a b c d"]) == 0.0  # empty hypothesis (multi-bleu.perl would die)
+    assert multi_bleu(["the the the"], ["The cat the"]).score == 0.0
+    assert multi_bleu([""], ["a b c d"]).score == 0.0  # empty hypothesis (multi-bleu.perl would die)
+    # empty references: multi-bleu.perl prints a fixed line of zeros
+    assert str(multi_bleu(["a"], [""])) == "BLEU = 0, 0/0/0/0 (BP=0, ratio=0, hyp_len=0, ref_len=0)"
     # hypothesis longer than reference: no brevity penalty, only precisions (4/5, 3/4, 2/3, 1/2)
-    assert multi_bleu(["a b c d e"], ["a b c d"]) == pytest.approx(100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25)
+    longer = multi_bleu(["a b c d e"], ["a b c d"])
+    assert longer.score == pytest.approx(100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25)
+    assert (longer.bp, longer.ratio) == (1.0, 1.25)
 
 
 TOKENIZED_HYPS = [
@@ -147,18 +156,18 @@ TOKENIZED_REFS = [
 def test_multi_bleu_agrees_with_sacrebleu(hyps, refs):
     expected = BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(hyps, [refs]).score
     assert 0 < expected < 100
-    assert multi_bleu(hyps, refs) == pytest.approx(expected, abs=1e-6)
+    assert multi_bleu(hyps, refs).score == pytest.approx(expected, abs=1e-6)
 
 
 # --------------------------------------------------------------------------------------- tokenized BLEU
 
 def test_tokenized_bleu_perfect_and_pretokenized_refs():
     refs = ["Die „E-Mail“ kam am 3. Mai, sagte er.", "Wie geht's?"]
-    assert tokenized_bleu(list(refs), refs) == pytest.approx(100.0)
+    assert tokenized_bleu(list(refs), refs).score == pytest.approx(100.0)
     hyps = ["Die E-Mail kam am 3. Mai, sagte sie.", "Wie geht's?"]
     # refs already Moses-tokenized (like tensor2tensor's newstest2014.tok.de) give the same score
     pre = [moses_tokenize(replace_unicode_punctuation(r)) for r in refs]
-    assert tokenized_bleu(hyps, pre, refs_tokenized=True) == pytest.approx(tokenized_bleu(hyps, refs))
+    assert tokenized_bleu(hyps, pre, refs_tokenized=True) == tokenized_bleu(hyps, refs)
     # and it is exactly multi-bleu on the paper-tokenized text
     assert tokenized_bleu(hyps, refs) == multi_bleu([paper_tokenize(h) for h in hyps],
                                                     [paper_tokenize(r) for r in refs])
@@ -169,6 +178,6 @@ def test_tokenized_bleu_differs_from_sacrebleu():
     # is higher here than sacreBLEU's (13a splits no hyphens): the same direction as on real data.
     hyps = ["Das neue E-Mail-Konto ist seit gestern aktiv und funktioniert gut."]
     refs = ["Das neue E-Mail-Postfach ist seit gestern aktiv und funktioniert gut."]
-    paper = tokenized_bleu(hyps, refs)
+    paper = tokenized_bleu(hyps, refs).score
     sacre, _ = sacre_bleu(hyps, refs)
     assert paper > sacre > 0

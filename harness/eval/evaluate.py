@@ -79,7 +79,7 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
                     metrics.update({f"{prefix}_{k}_constrained": v for k, v in scores.items()})
             return metrics, trees
         score, signature = sacre_bleu(hyps, refs)
-        metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs),
+        metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs).score,
                         f"{prefix}_bleu_copy_source": copy_baseline_bleu(srcs, refs)[0],
                         f"{prefix}_bleu_sentences": n, "sacrebleu_signature": signature})
     else:
