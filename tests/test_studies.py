@@ -349,6 +349,7 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
             assert r.info.status == "FINISHED"
             assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
             assert r.data.metrics["dev_ppl"] > 1 and "dev_bleu" in r.data.metrics
+            assert r.data.tags["dev_bleu_tok_parts"].startswith("BLEU = ")     # multi-bleu.perl's line
             assert r.data.params["model.n_heads"] in ("4", "1")
             assert {"study", "version", "profile", "seed", "config_hash", "git_sha", "hardware"} <= set(r.data.tags)
             import torch

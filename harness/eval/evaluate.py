@@ -79,7 +79,11 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
                     metrics.update({f"{prefix}_{k}_constrained": v for k, v in scores.items()})
             return metrics, trees
         score, signature = sacre_bleu(hyps, refs)
-        metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tokenized_bleu(hyps, refs).score,
+        tok = tokenized_bleu(hyps, refs)
+        # tok's parts as multi-bleu.perl prints them (a string: an MLflow tag beside sacreBLEU's signature),
+        # so that a reader sees where the two BLEU figures part (precisions, brevity penalty, lengths)
+        metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tok.score,
+                        f"{prefix}_bleu_tok_parts": str(tok),
                         f"{prefix}_bleu_copy_source": copy_baseline_bleu(srcs, refs)[0],
                         f"{prefix}_bleu_sentences": n, "sacrebleu_signature": signature})
     else:
