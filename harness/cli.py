@@ -24,11 +24,13 @@ def _cmd_data_synth(args) -> int:
 
 
 def _cmd_data_prepare(args) -> int:
-    from harness.data.wmt import prepare_wmt14_en_de
-    if args.corpus != "wmt14-en-de":
-        raise UserError(f"unknown corpus {args.corpus!r}; `data prepare` knows: wmt14-en-de.")
-    manifest = prepare_wmt14_en_de(args.from_dir, args.out)
-    print(json.dumps(manifest) if args.json else f"prepared wmt14-en-de in {args.out}")
+    from harness.data.wmt import PAIRS, prepare_wmt14
+    from harness.errors import suggest
+    if args.corpus not in PAIRS:
+        raise UserError(f"unknown corpus {args.corpus!r}{suggest(args.corpus, PAIRS)}; `data prepare` knows: "
+                        f"{', '.join(PAIRS)}.")
+    manifest = prepare_wmt14(PAIRS[args.corpus], args.from_dir, args.out)
+    print(json.dumps(manifest) if args.json else f"prepared {args.corpus} in {args.out}")
     return 0
 
 
@@ -145,7 +147,7 @@ def _add_data(sub) -> None:
     synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
     synth.set_defaults(func=_cmd_data_synth)
     prep = data.add_parser("prepare", help="build the paper's split from downloaded WMT files")
-    prep.add_argument("corpus", help="wmt14-en-de")
+    prep.add_argument("corpus", help="wmt14-en-de | wmt14-en-fr")
     prep.add_argument("--from", dest="from_dir", required=True, type=Path, help="directory of downloaded files")
     prep.add_argument("--out", required=True, type=Path)
     prep.add_argument("--json", action="store_true")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.data.readers import read_lines, read_parallel, read_sgml, write_lines
-from harness.data.wmt import WMT14_EN_DE_FILES, prepare_wmt14_en_de
+from harness.data.wmt import WMT14_EN_DE_FILES, WMT14_EN_FR_FILES, prepare_wmt14_en_de, prepare_wmt14_en_fr
 from harness.errors import UserError
 
 
@@ -263,3 +263,136 @@ def test_files_doc_names_every_archive():
     for archive in ("training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
                     "training-parallel-nc-v9.tgz", "dev.tgz", "test-full.tgz"):
         assert archive in WMT14_EN_DE_FILES
+
+
+# -------------------------------------------------------------------------------- prepare (WMT14 EN-FR)
+
+def fake_wmt_fr(root: Path, dev_plain: bool = True) -> Path:
+    """The layout the WMT14 EN-FR archives extract to (fairseq's prepare-wmt14en2fr.sh paths), made-up lines."""
+    write(root / "training/europarl-v7.fr-en.en", "Resumption of the session\n\nThank you.\n")
+    write(root / "training/europarl-v7.fr-en.fr", "Reprise de la session\nVide\nMerci.\n")
+    write(root / "commoncrawl.fr-en.en", "A small house\nOne two three four five six\n")
+    write(root / "commoncrawl.fr-en.fr", "Une petite maison\nUn\n")
+    write(root / "un/undoc.2000.fr-en.en", "The General Assembly,\r\n")
+    write(root / "un/undoc.2000.fr-en.fr", "L'Assemblée générale,\r\n")
+    write(root / "training/news-commentary-v9.fr-en.en", "Gold is up.\n")
+    write(root / "training/news-commentary-v9.fr-en.fr", "L'or monte.\n")
+    write(root / "giga-fren.release2.fixed.en", "Changing lives\n   \n")
+    write(root / "giga-fren.release2.fixed.fr", "Changer des vies\nRien\n")
+    if dev_plain:
+        write(root / "dev/newstest2013.en", "Dev one.\nDev two.\n")
+        write(root / "dev/newstest2013.fr", "Dév un.\nDév deux.\n")
+    else:
+        write(root / "dev/newstest2013-src.en.sgm", sgm("srcset", ["Dev &amp; one."]))
+        write(root / "dev/newstest2013-ref.fr.sgm", sgm("refset", ["Dév &amp; un."]))
+    write(root / "test-full/newstest2014-fren-src.en.sgm", sgm("srcset", ["Tom &amp; Jerry", "x &lt; y", "Yes"]))
+    write(root / "test-full/newstest2014-fren-ref.fr.sgm", sgm("refset", ["Tom &amp; Jerry", "x &lt; y", "Oui"]))
+    return root
+
+
+EN_FR_OUTPUTS = ["train.en", "train.fr", "dev.en", "dev.fr", "test.en", "test.fr"]
+
+
+def test_prepare_en_fr_end_to_end(tmp_path):
+    from harness.data.corpus import DataConfig, load_dataset
+    out = tmp_path / "out"
+    manifest = prepare_wmt14_en_fr(fake_wmt_fr(tmp_path / "wmt"), out)
+    # fairseq's order: europarl, commoncrawl, UN, news-commentary, giga-fren; the empty English Europarl line
+    # and the whitespace-only giga-fren line drop their pairs.
+    assert read_lines(out / "train.en") == ["Resumption of the session", "Thank you.", "A small house",
+                                            "One two three four five six", "The General Assembly,",
+                                            "Gold is up.", "Changing lives"]
+    assert read_lines(out / "train.fr") == ["Reprise de la session", "Merci.", "Une petite maison", "Un",
+                                            "L'Assemblée générale,", "L'or monte.", "Changer des vies"]
+    assert read_lines(out / "dev.fr") == ["Dév un.", "Dév deux."]
+    assert read_lines(out / "test.en") == ["Tom & Jerry", "x < y", "Yes"]
+    assert read_lines(out / "test.fr") == ["Tom & Jerry", "x < y", "Oui"]
+    assert manifest["pair"] == "en-fr"
+    assert manifest["paper"] == {"vocab_size": 32000, "train_pairs": 36_000_000}   # §5.1
+    corpora = [(s["corpus"], s["lines"], s["kept"]) for s in manifest["sources"]["train"]]
+    assert corpora == [("europarl-v7", 3, 2), ("commoncrawl", 2, 2), ("un", 1, 1), ("news-commentary-v9", 1, 1),
+                       ("giga-fren", 2, 1)]
+    assert manifest["sources"]["train"][2] == {"corpus": "un", "archive": "training-parallel-un.tgz",
+                                               "en": "un/undoc.2000.fr-en.en", "fr": "un/undoc.2000.fr-en.fr",
+                                               "lines": 1, "kept": 1}
+    assert manifest["sources"]["dev"]["corpus"] == "newstest2013"
+    assert manifest["sources"]["test"]["fr"] == "test-full/newstest2014-fren-ref.fr.sgm"
+    assert manifest["dropped"] == {"empty": 2, "ratio": 0}
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    for name in EN_FR_OUTPUTS:
+        data = (out / name).read_bytes()
+        assert manifest["outputs"][name] == {"lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()}
+    assert sorted(os.listdir(out)) == sorted(EN_FR_OUTPUTS + ["manifest.json"])   # no temp files
+    # A run reads the directory as it does EN-DE's (train.en / train.fr) and trains its shared BPE model on
+    # it: the paper's 32000 pieces on the real corpus; on this fixture's few words, a vocabulary of at most 64 (sentencepiece takes fewer where the text holds fewer).
+    data = load_dataset(DataConfig(name=str(out), cache_dir=str(tmp_path / "cache")), vocab_size=64)
+    assert data.train.tgt_text[-1] == "Changer des vies" and len(data.test.src_text) == 3
+    assert 41 < data.tokenizer.vocab_size <= 64   # more than the 41 characters and specials
+
+
+def test_prepare_en_fr_dev_from_sgml(tmp_path):
+    manifest = prepare_wmt14_en_fr(fake_wmt_fr(tmp_path / "wmt", dev_plain=False), tmp_path / "out")
+    assert read_lines(tmp_path / "out/dev.fr") == ["Dév & un."]
+    assert manifest["sources"]["dev"]["format"] == "sgml"
+
+
+def _break(root: Path, case: str) -> str:
+    """Damage the EN-FR fixture one way; return what the error must name."""
+    if case == "missing":
+        (root / "un/undoc.2000.fr-en.fr").unlink()
+        return "undoc.2000.fr-en.fr (from training-parallel-un.tgz)"
+    if case == "gzipped":   # giga-fren extracted from its .tar but not gunzipped
+        for lang in ("en", "fr"):
+            p = root / f"giga-fren.release2.fixed.{lang}"
+            p.rename(p.with_name(p.name + ".gz"))
+        return "present but still gzipped: gunzip them"
+    if case == "counts":
+        write(root / "commoncrawl.fr-en.fr", "Une petite maison\n")
+        return f"{root / 'commoncrawl.fr-en.en'} has 2 lines but {root / 'commoncrawl.fr-en.fr'} has 1"
+    if case == "encoding":
+        write(root / "training/news-commentary-v9.fr-en.fr", "L'or monte \xe0 Paris.\n".encode("latin-1"))
+        return "news-commentary-v9.fr-en.fr: line 1 is not valid UTF-8"
+    if case == "empty":
+        write(root / "giga-fren.release2.fixed.fr", b"")
+        return "giga-fren.release2.fixed.fr: file is empty"
+    if case == "sgml":
+        write(root / "test-full/newstest2014-fren-ref.fr.sgm", '<refset>\n<seg id="1">Tom\n</refset>\n')
+        return "newstest2014-fren-ref.fr.sgm: malformed SGML at line 3"
+    if case == "segments":
+        write(root / "test-full/newstest2014-fren-ref.fr.sgm", sgm("refset", ["un", "deux"]))
+        return "has 3 segments but"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["missing", "gzipped", "counts", "encoding", "empty", "sgml", "segments"])
+def test_prepare_en_fr_bad_input_is_one_sentence_exit_2_nothing_written(capsys, tmp_path, case):
+    from harness.cli import main
+    root = fake_wmt_fr(tmp_path / "wmt")
+    needle = _break(root, case)
+    out = tmp_path / "out"
+    code = main(["data", "prepare", "wmt14-en-fr", "--from", str(root), "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
+    assert needle in lines[0]
+    assert not out.exists() or os.listdir(out) == []   # no output file, no temp file, no manifest
+
+
+def test_prepare_en_fr_bad_input_keeps_a_previous_complete_output(tmp_path):
+    root, out = fake_wmt_fr(tmp_path / "wmt"), tmp_path / "out"
+    prepare_wmt14_en_fr(root, out)
+    before = {name: (out / name).read_bytes() for name in EN_FR_OUTPUTS + ["manifest.json"]}
+    _break(root, "counts")
+    with pytest.raises(UserError):
+        prepare_wmt14_en_fr(root, out)
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+def test_en_fr_files_doc_names_every_archive_and_the_readme_lists_it():
+    for archive in ("training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
+                    "training-parallel-un.tgz", "training-parallel-nc-v9.tgz", "training-giga-fren.tar",
+                    "dev.tgz", "test-full.tgz"):
+        assert archive in WMT14_EN_FR_FILES
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    for line in WMT14_EN_FR_FILES.splitlines()[1:]:   # the generated list, line for line
+        assert line in readme, line

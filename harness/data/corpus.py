@@ -15,8 +15,9 @@ from harness.data.parse import prepare_parse_corpus
 from harness.data.readers import read_parallel
 from harness.data.synth import synth_corpus_dir
 
-# File name pairs a data directory may use, in order of preference.
-_SUFFIXES = (("src", "tgt"), ("en", "de"))
+# File name pairs a data directory may use, in order of preference: the made-up corpus, then what
+# `data prepare wmt14-en-de` and `wmt14-en-fr` write.
+_SUFFIXES = (("src", "tgt"), ("en", "de"), ("en", "fr"))
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
     for a, b in _SUFFIXES:
         if (root / f"{split}.{a}").is_file() and (root / f"{split}.{b}").is_file():
             return root / f"{split}.{a}", root / f"{split}.{b}"
-    raise UserError(f"data directory {root} has no {split}.src/{split}.tgt or {split}.en/{split}.de pair; "
+    raise UserError(f"data directory {root} has no {split}.src/{split}.tgt, {split}.en/{split}.de or "
+                    f"{split}.en/{split}.fr pair; "
                     "it needs train, dev and test files with one sentence a line.")
 
 

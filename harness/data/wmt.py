@@ -1,8 +1,10 @@
-"""Build the paper's WMT14 English-German split from files the user downloaded from statmt.org.
+"""Build the paper's WMT14 English-German and English-French splits from files the user downloaded.
 
 Nothing is downloaded here (runs must work offline); the user fetches the archives from
 https://www.statmt.org/wmt14/translation-task.html, extracts them anywhere under one directory, and
-`prepare_wmt14_en_de` finds the files by name (recursively).
+`prepare_wmt14` finds the files by name (recursively). The two pairs share every step (finding, checking,
+filtering, writing); a `WmtPair` table names each pair's files, and `prepare_wmt14_en_de` /
+`prepare_wmt14_en_fr` are that core with their table.
 """
 
 from __future__ import annotations
@@ -23,9 +25,22 @@ from harness.io import atomic_writer
 class Source:
     corpus: str   # name recorded in manifest.json
     en: str       # file name of the English side
-    de: str       # file name of the German side
-    archive: str  # WMT14 archive the two files come from
+    tgt: str      # file name of the other side (German or French)
+    archive: str  # WMT archive the two files come from
     fmt: str      # "text" (one sentence per line) or "sgml" (<seg> elements)
+
+
+@dataclass(frozen=True)
+class WmtPair:
+    """One language pair's file table and the paper's settings for it (§5.1)."""
+    name: str                      # "en-de": recorded in manifest.json, and `data prepare wmt14-<name>`
+    tgt: str                       # the target language code: output files are {split}.en / {split}.<tgt>
+    train: tuple[Source, ...]      # concatenated, in this order
+    dev: tuple[Source, ...]        # alternatives: the first one whose two files are present
+    test: tuple[Source, ...]       # alternatives, likewise
+    vocab_size: int                # §5.1: the shared vocabulary the paper used for this pair
+    paper_train_pairs: int         # §5.1: training pairs the paper reports (recorded, never enforced)
+    expected_lines: tuple[tuple[str, int], ...] = (("dev", 3000), ("test", 3003))
 
 
 # Training data: the concatenation of these three corpora, in this order (~4.5M pairs, paper §5.1).
@@ -47,13 +62,54 @@ TEST_SOURCES = (
 )
 EXPECTED_LINES = {"dev": 3000, "test": 3003}
 
-# README-ready summary of the files `prepare_wmt14_en_de` looks for (generated from the tuples above).
-WMT14_EN_DE_FILES = "\n".join(
-    ["Download from https://www.statmt.org/wmt14/translation-task.html and extract anywhere under one directory:"]
-    + [f"- {split}: `{s.en}` + `{s.de}` from `{s.archive}`" + (" (or instead)" if split != "train" and i else "")
-       for split, sources in (("train", TRAIN_SOURCES), ("dev", DEV_SOURCES), ("test", TEST_SOURCES))
-       for i, s in enumerate(sources)]
+EN_DE = WmtPair("en-de", "de", TRAIN_SOURCES, DEV_SOURCES, TEST_SOURCES, vocab_size=37000,
+                paper_train_pairs=4_500_000)
+
+# EN-FR (§5.1: "36M sentences", a 32000 word-piece vocabulary). The training corpora and their file names
+# are those of the reference implementations: tensor2tensor's data_generators/translate_enfr.py
+# (_ENFR_TRAIN_LARGE_DATA) and fairseq's examples/translation/prepare-wmt14en2fr.sh (CORPORA): Europarl v7,
+# Common Crawl, the UN corpus, News Commentary v9 and the 10^9 French-English corpus, in fairseq's order.
+# Giga-fren ships gzipped inside its .tar (training-giga-fren.tar holds giga-fren.release2.fixed.{en,fr}.gz);
+# as fairseq's script does, the user gunzips them.
+EN_FR_TRAIN_SOURCES = (
+    Source("europarl-v7", "europarl-v7.fr-en.en", "europarl-v7.fr-en.fr", "training-parallel-europarl-v7.tgz", "text"),
+    Source("commoncrawl", "commoncrawl.fr-en.en", "commoncrawl.fr-en.fr", "training-parallel-commoncrawl.tgz", "text"),
+    Source("un", "undoc.2000.fr-en.en", "undoc.2000.fr-en.fr", "training-parallel-un.tgz", "text"),
+    Source("news-commentary-v9", "news-commentary-v9.fr-en.en", "news-commentary-v9.fr-en.fr",
+           "training-parallel-nc-v9.tgz", "text"),
+    Source("giga-fren", "giga-fren.release2.fixed.en", "giga-fren.release2.fixed.fr", "training-giga-fren.tar", "text"),
 )
+# Dev = newstest2013 (3000 lines), as tensor2tensor, the authors' code, uses for EN-FR
+# (translate_enfr.py: _ENFR_TEST_LARGE_DATA = dev/newstest2013.en, dev/newstest2013.fr from dev.tgz) and as the
+# paper uses for EN-DE. (fairseq's prepare-wmt14en2fr.sh holds out every 1333rd training line as its valid
+# set instead; the paper names no EN-FR dev set.) Plain text if present, else the SGML pair; both in dev.tgz.
+EN_FR_DEV_SOURCES = (
+    Source("newstest2013", "newstest2013.en", "newstest2013.fr", "dev.tgz", "text"),
+    Source("newstest2013", "newstest2013-src.en.sgm", "newstest2013-ref.fr.sgm", "dev.tgz", "sgml"),
+)
+# Test = the full newstest2014 EN-FR (3003 lines), the file fairseq's script reads from test-full.tgz.
+EN_FR_TEST_SOURCES = (
+    Source("newstest2014-full", "newstest2014-fren-src.en.sgm", "newstest2014-fren-ref.fr.sgm", "test-full.tgz", "sgml"),
+)
+EN_FR = WmtPair("en-fr", "fr", EN_FR_TRAIN_SOURCES, EN_FR_DEV_SOURCES, EN_FR_TEST_SOURCES, vocab_size=32000,
+                paper_train_pairs=36_000_000)
+
+# `data prepare NAME`: the corpora it knows.
+PAIRS = {"wmt14-en-de": EN_DE, "wmt14-en-fr": EN_FR}
+
+
+def files_doc(pair: WmtPair) -> str:
+    """README-ready list of the files `prepare_wmt14` looks for, generated from the pair's table."""
+    return "\n".join(
+        ["Download from https://www.statmt.org/wmt14/translation-task.html and extract anywhere under one directory:"]
+        + [f"- {split}: `{s.en}` + `{s.tgt}` from `{s.archive}`" + (" (or instead)" if split != "train" and i else "")
+           for split, sources in (("train", pair.train), ("dev", pair.dev), ("test", pair.test))
+           for i, s in enumerate(sources)]
+    )
+
+
+WMT14_EN_DE_FILES = files_doc(EN_DE)
+WMT14_EN_FR_FILES = files_doc(EN_FR)
 
 
 def _find_files(root: Path, names: set[str]) -> tuple[dict[str, Path], set[str]]:
@@ -72,7 +128,7 @@ def _find_files(root: Path, names: set[str]) -> tuple[dict[str, Path], set[str]]
         for name in filenames:
             if name in names:
                 found.setdefault(name, []).append(Path(dirpath) / name)
-            elif name.endswith((".tgz", ".tar.gz")):
+            elif name.endswith((".tgz", ".tar.gz", ".tar", ".gz")):
                 archives.add(name)
     for name, paths in found.items():
         if len(paths) > 1:
@@ -80,27 +136,32 @@ def _find_files(root: Path, names: set[str]) -> tuple[dict[str, Path], set[str]]
     return {name: paths[0] for name, paths in found.items()}, archives
 
 
-def _resolve(root: Path) -> dict[str, list[tuple[Source, Path, Path]]]:
+def _resolve(root: Path, pair: WmtPair) -> dict[str, list[tuple[Source, Path, Path]]]:
     """Pick the files for every split, or raise one UserError listing everything that is missing."""
-    groups = {"train": [(s,) for s in TRAIN_SOURCES], "dev": [DEV_SOURCES], "test": [TEST_SOURCES]}
-    wanted = {n for srcs in (TRAIN_SOURCES, DEV_SOURCES, TEST_SOURCES) for s in srcs for n in (s.en, s.de)}
+    groups = {"train": [(s,) for s in pair.train], "dev": [pair.dev], "test": [pair.test]}
+    wanted = {n for srcs in (pair.train, pair.dev, pair.test) for s in srcs for n in (s.en, s.tgt)}
     found, archives = _find_files(root, wanted)
     chosen: dict[str, list[tuple[Source, Path, Path]]] = {"train": [], "dev": [], "test": []}
     missing: list[str] = []
     for split, alternatives_list in groups.items():
         for alternatives in alternatives_list:
-            pick = next((s for s in alternatives if s.en in found and s.de in found), None)
+            pick = next((s for s in alternatives if s.en in found and s.tgt in found), None)
             if pick is not None:
-                chosen[split].append((pick, found[pick.en], found[pick.de]))
+                chosen[split].append((pick, found[pick.en], found[pick.tgt]))
                 continue
             first, rest = alternatives[0], alternatives[1:]
-            names = " and ".join(n for n in (first.en, first.de) if n not in found)
-            alt = "".join(f" or {s.en} and {s.de}" for s in rest)
-            hint = ", present but not extracted" if first.archive in archives else ""
-            missing.append(f"{names}{alt} (from {first.archive}{hint})")
+            absent = [n for n in (first.en, first.tgt) if n not in found]
+            alt = "".join(f" or {s.en} and {s.tgt}" for s in rest)
+            if all(f"{n}.gz" in archives for n in absent):   # giga-fren: extracted from its .tar, still gzipped
+                hint = ", present but still gzipped: gunzip them"
+            elif first.archive in archives:
+                hint = ", present but not extracted"
+            else:
+                hint = ""
+            missing.append(f"{' and '.join(absent)}{alt} (from {first.archive}{hint})")
     if missing:
         raise UserError(
-            f"{root}: required WMT14 files not found (searched recursively): {'; '.join(missing)}; "
+            f"{root}: required WMT14 files not found for {pair.name} (searched recursively): {'; '.join(missing)}; "
             "download the archives from https://www.statmt.org/wmt14/translation-task.html and extract them there."
         )
     return chosen
@@ -116,14 +177,14 @@ def _count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-def _read_pair(src: Source, en: Path, de: Path) -> tuple[list[str], list[str]]:
+def _read_pair(src: Source, en: Path, tgt: Path) -> tuple[list[str], list[str]]:
     if src.fmt == "text":
-        return read_parallel(en, de)
-    en_lines, de_lines = read_sgml(en), read_sgml(de)
-    if len(en_lines) != len(de_lines):
-        raise UserError(f"{en} has {len(en_lines)} segments but {de} has {len(de_lines)}; "
+        return read_parallel(en, tgt)
+    en_lines, tgt_lines = read_sgml(en), read_sgml(tgt)
+    if len(en_lines) != len(tgt_lines):
+        raise UserError(f"{en} has {len(en_lines)} segments but {tgt} has {len(tgt_lines)}; "
                         "source and reference SGML files must have one segment per sentence pair.")
-    return en_lines, de_lines
+    return en_lines, tgt_lines
 
 
 class _HashingWriter:
@@ -142,24 +203,26 @@ class _HashingWriter:
         return {"lines": self.lines, "sha256": self.sha.hexdigest()}
 
 
-def _write_pair(out_dir: Path, stem: str, pairs) -> dict:
-    """Stream (en, de) pairs into stem.en / stem.de; an exception mid-stream replaces neither file."""
-    with atomic_writer(out_dir / f"{stem}.en") as fe, atomic_writer(out_dir / f"{stem}.de") as fd:
-        we, wd = _HashingWriter(fe), _HashingWriter(fd)
-        for e, d in pairs:
+def _write_pair(out_dir: Path, stem: str, tgt: str, pairs) -> dict:
+    """Stream (en, tgt) pairs into stem.en / stem.<tgt>; an exception mid-stream replaces neither file."""
+    with atomic_writer(out_dir / f"{stem}.en") as fe, atomic_writer(out_dir / f"{stem}.{tgt}") as ft:
+        we, wt = _HashingWriter(fe), _HashingWriter(ft)
+        for e, t in pairs:
             we.write(e)
-            wd.write(d)
-    return {f"{stem}.en": we.summary(), f"{stem}.de": wd.summary()}
+            wt.write(t)
+    return {f"{stem}.en": we.summary(), f"{stem}.{tgt}": wt.summary()}
 
 
-def prepare_wmt14_en_de(from_dir: str | os.PathLike, out_dir: str | os.PathLike,
-                        max_len_ratio: float | None = None) -> dict:
-    """Write out_dir/{train,dev,test}.{en,de} and manifest.json; return the manifest.
+def prepare_wmt14(pair: WmtPair, from_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                  max_len_ratio: float | None = None) -> dict:
+    """Write out_dir/{train,dev,test}.{en,<pair.tgt>} and manifest.json; return the manifest.
 
     Training pairs with an empty (or whitespace-only) side are dropped. `max_len_ratio` (off by default,
     as the paper states no such filter) also drops pairs whose word-count ratio exceeds it, like Moses'
     clean-corpus-n. Dev and test are never filtered. Every file is written atomically and manifest.json
-    last, so a manifest always describes a complete set of outputs.
+    last, so a manifest always describes a complete set of outputs. The manifest records the pair and the
+    paper's vocabulary size for it; the shared BPE model itself is trained when a run reads the directory
+    (harness/data/bpe.py, with the run's model.vocab_size), as for every data directory.
     """
     root, out = Path(from_dir), Path(out_dir)
     if not root.is_dir():
@@ -168,25 +231,27 @@ def prepare_wmt14_en_de(from_dir: str | os.PathLike, out_dir: str | os.PathLike,
         raise UserError(f"max_len_ratio={max_len_ratio}: expected a number >= 1 or None (no ratio filter).")
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory; pass a directory for the prepared data.")
-    chosen = _resolve(root)
+    chosen = _resolve(root, pair)
     out.mkdir(parents=True, exist_ok=True)
 
     # Dev and test are small: read and validate them before spending minutes on the training data.
     heldout = {split: (*chosen[split][0], _read_pair(*chosen[split][0])) for split in ("dev", "test")}
 
-    manifest: dict = {"from_dir": str(root.resolve()), "pair": "en-de", "sources": {}, "outputs": {},
-                      "filters": {"drop_empty": True, "max_len_ratio": max_len_ratio}, "warnings": []}
+    manifest: dict = {"from_dir": str(root.resolve()), "pair": pair.name, "sources": {}, "outputs": {},
+                      "filters": {"drop_empty": True, "max_len_ratio": max_len_ratio}, "warnings": [],
+                      "paper": {"vocab_size": pair.vocab_size, "train_pairs": pair.paper_train_pairs}}
     train_info = []
     drops = {"empty": 0, "ratio": 0}
+    t = pair.tgt
 
     def train_pairs():
-        for src, en, de in chosen["train"]:
+        for src, en, tg in chosen["train"]:
             info = {"corpus": src.corpus, "archive": src.archive, "en": str(en.relative_to(root)),
-                    "de": str(de.relative_to(root)), "lines": 0, "kept": 0}
+                    t: str(tg.relative_to(root)), "lines": 0, "kept": 0}
             train_info.append(info)
-            for e, d in itertools.zip_longest(iter_lines(en), iter_lines(de)):
+            for e, d in itertools.zip_longest(iter_lines(en), iter_lines(tg)):
                 if e is None or d is None:  # one file ran out first: report both full counts
-                    raise UserError(f"{en} has {_count_lines(en)} lines but {de} has {_count_lines(de)}; "
+                    raise UserError(f"{en} has {_count_lines(en)} lines but {tg} has {_count_lines(tg)}; "
                                     "parallel files must have one line per sentence pair.")
                 info["lines"] += 1
                 if not e.strip() or not d.strip():
@@ -200,20 +265,33 @@ def prepare_wmt14_en_de(from_dir: str | os.PathLike, out_dir: str | os.PathLike,
                 info["kept"] += 1
                 yield e, d
 
-    manifest["outputs"].update(_write_pair(out, "train", train_pairs()))
+    manifest["outputs"].update(_write_pair(out, "train", t, train_pairs()))
     manifest["sources"]["train"] = train_info
     manifest["dropped"] = drops
 
-    for split, (src, en, de, (en_lines, de_lines)) in heldout.items():
+    expected = dict(pair.expected_lines)
+    for split, (src, en, tg, (en_lines, tgt_lines)) in heldout.items():
         manifest["sources"][split] = {"corpus": src.corpus, "archive": src.archive, "format": src.fmt,
-                                      "en": str(en.relative_to(root)), "de": str(de.relative_to(root)),
+                                      "en": str(en.relative_to(root)), t: str(tg.relative_to(root)),
                                       "lines": len(en_lines)}
-        if len(en_lines) != EXPECTED_LINES[split]:
+        if len(en_lines) != expected[split]:
             manifest["warnings"].append(f"{split}: {len(en_lines)} lines, the paper's {src.corpus} has "
-                                        f"{EXPECTED_LINES[split]}")
-        manifest["outputs"].update(_write_pair(out, split, zip(en_lines, de_lines)))
+                                        f"{expected[split]}")
+        manifest["outputs"].update(_write_pair(out, split, t, zip(en_lines, tgt_lines)))
 
     with atomic_writer(out / "manifest.json") as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
     return manifest
+
+
+def prepare_wmt14_en_de(from_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                        max_len_ratio: float | None = None) -> dict:
+    """WMT14 English-German (§5.1: about 4.5 M pairs, newstest2013 dev, newstest2014 test): `prepare_wmt14`."""
+    return prepare_wmt14(EN_DE, from_dir, out_dir, max_len_ratio)
+
+
+def prepare_wmt14_en_fr(from_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                        max_len_ratio: float | None = None) -> dict:
+    """WMT14 English-French (§5.1: 36 M sentences, a 32000 word-piece vocabulary): `prepare_wmt14`."""
+    return prepare_wmt14(EN_FR, from_dir, out_dir, max_len_ratio)
