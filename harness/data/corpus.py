@@ -50,6 +50,10 @@ class Dataset:
     test: Split
     root: Path
     info: dict = field(default_factory=dict)
+    # The target side's language, for the paper's tokenized BLEU (Moses `tokenizer.perl -l LANG`): the
+    # suffix of a prepared WMT directory's files (train.de, train.fr); "de" for the made-up corpus's .tgt,
+    # whose space-separated text every language's rules leave alone.
+    tgt_lang: str = "de"
 
 
 def corpus_dir(cfg: DataConfig) -> Path:
@@ -103,7 +107,10 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
         if cfg.task == "parse":
             trees = (root / f"{split}.tree").read_text(encoding="utf-8").splitlines()
         splits[split] = Split(src, tgt, data, trees)
+    tgt_suffix = _split_paths(root, "train")[1].suffix.lstrip(".")
+    tgt_lang = tgt_suffix if tgt_suffix in ("de", "fr") else "de"
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
+            "tgt_lang": tgt_lang,
             **{f"{s}_pairs": len(splits[s].data) for s in splits},
             **{f"{s}_truncated": splits[s].data.truncated for s in ("dev", "test")}}
-    return Dataset(tokenizer, splits["train"], splits["dev"], splits["test"], root, info)
+    return Dataset(tokenizer, splits["train"], splits["dev"], splits["test"], root, info, tgt_lang)
