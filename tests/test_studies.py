@@ -240,6 +240,55 @@ def test_table2_averages_as_the_paper_did():
     assert trials["big"].train["steps"] == 300_000 and trials["big"].model["d_model"] == 1024
 
 
+def test_table2_en_fr_rows_follow_sections_5_1_and_6_1():
+    trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "paper").trials}
+    assert list(trials) == ["base", "big", "base_enfr", "big_enfr"]
+    for row in ("base", "big"):
+        assert (trials[row].data["name"], trials[row].model["vocab_size"]) == ("data/wmt14-en-de", 37000)
+    for row in ("base_enfr", "big_enfr"):          # §5.1: WMT14 EN-FR, a 32000 word-piece vocabulary
+        assert (trials[row].data["name"], trials[row].model["vocab_size"]) == ("data/wmt14-en-fr", 32000)
+        assert trials[row].train["eval_test"]
+    assert (trials["big"].model["p_drop"], trials["big_enfr"].model["p_drop"]) == (0.3, 0.1)   # §6.1
+    big, big_fr = trials["big"], trials["big_enfr"]
+    assert {k: v for k, v in big.model.items() if k not in ("p_drop", "vocab_size")} == \
+        {k: v for k, v in big_fr.model.items() if k not in ("p_drop", "vocab_size")}
+    assert big.train == big_fr.train
+    assert trials["base_enfr"].model == {**trials["base"].model, "vocab_size": 32000}
+
+
+@pytest.mark.parametrize("profile", ["tiny", "gpu"])
+def test_table2_small_profiles_run_the_en_de_rows_only(profile, capsys):
+    path = ROOT / "studies" / "table2.yaml"
+    study = load_study(path, profile)
+    assert study.rows == ["base", "big"] and {t.row for t in study.trials} == {"base", "big"}
+    assert {t.data["name"] for t in study.trials} == {"synth"}
+    assert main(["run", str(path), "--profile", profile, "--rows", "base,big_enfr", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"profile {profile} does not run row 'big_enfr'" in err and "only_rows: base, big" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("only, needle", [("[base, bgi]", "'bgi' names no row of the study (did you mean big?)"),
+                                          ("[]", "must be a non-empty list"),
+                                          ("base", "must be a non-empty list")])
+def test_a_bad_only_rows_is_one_sentence(only, needle, tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}, big: {d_model: 1024}}\n"
+                                        f"profiles:\n  tiny:\n    only_rows: {only}\n")
+    assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "profiles.tiny.only_rows" in err and needle in err and len(err.splitlines()) == 1
+
+
+def test_only_rows_is_not_inherited_through_include(tmp_path):
+    """Like `rows`, an included profile's only_rows names the other study's rows: the including study runs all
+    of its own rows unless it says otherwise."""
+    for name in ("table2.yaml", "table3.yaml"):
+        (tmp_path / name).write_text((ROOT / "studies" / name).read_text())
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}, base_enfr: {}}\n"
+                                        "profiles:\n  tiny:\n    include: table2.yaml:tiny\n")
+    assert load_study(tmp_path / "mine.yaml", "tiny").rows == ["base", "base_enfr"]
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_malformed_study_is_one_sentence_exit_2_and_nothing_started(case, tmp_path, capsys, monkeypatch):
     text = (ROOT / "studies" / "table3.yaml").read_text()

@@ -45,7 +45,8 @@ def _check_requirements(study: Study) -> None:
                             "which does not exist; provide it, or run --profile tiny.")
         if name != "synth" and not Path(name).is_dir():
             raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
-                            f"not exist; prepare WMT14 with `python -m harness data prepare wmt14-en-de --from DIR "
+                            f"not exist; prepare WMT14 with `python -m harness data prepare "
+                            f"{'wmt14-en-fr' if 'en-fr' in Path(name).name else 'wmt14-en-de'} --from DIR "
                             f"--out {name}`, or run --profile tiny.")
 
 

@@ -6,7 +6,9 @@ and profiles. A profile scales a study without copying it: `scale` multiplies ch
 Resolution order for a row: preset -> base -> the profile's changes to the base (`profiles.<name>.base`,
 which rows may still override, e.g. checkpoint averaging in Table 3's tiny profile) -> row -> profile scale
 -> profile settings -> the profile's own overrides of that row (`profiles.<name>.rows`, e.g. the D rows'
-smaller training set) -> `run --set`.
+smaller training set) -> `run --set`. A profile may run only some of the study's rows
+(`profiles.<name>.only_rows`, e.g. Table 2's tiny profile, which has no made-up EN-FR corpus, runs the EN-DE
+rows); `--rows` then chooses among those.
 Everything wrong is refused here with the file, the key and what is allowed (UserError, exit 2).
 """
 
@@ -35,7 +37,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
-                "seeds", "base", "rows"}
+                "seeds", "base", "rows", "only_rows"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
@@ -168,6 +170,7 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
         if preset_name not in PRESETS:
             chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}.")
     factors, prof_over = _profile_overrides(chk, prof, where)
+    runs_rows = _profile_rows(chk, prof, where, all_rows)
     prof_rows = chk.mapping(prof.get("rows"), f"{where}.rows")
     for r in prof_rows:
         if r not in all_rows:
@@ -180,7 +183,11 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
                         "--seeds 0,1,2.")
     resources, requires = _resources(chk, raw, prof, where)
 
-    chosen = _pick_rows(path, all_rows, rows)
+    chosen = _pick_rows(path, all_rows, rows) if rows else runs_rows
+    for r in chosen:
+        if r not in runs_rows:
+            raise UserError(f"{path}: profile {profile} does not run row {r!r} (its only_rows: "
+                            f"{', '.join(runs_rows)}); choose one of those, or another profile.")
     chosen_seeds = seeds if seeds else _profile_seeds(chk, prof, where, study_seeds)
 
     trials = []
@@ -213,6 +220,21 @@ def _profile_overrides(chk: _Checker, prof: dict, where: str) -> tuple[dict[str,
     prof_over = {sec: _section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"), f"{where}.{sec}", sec)[sec]
                  for sec in overrides.SECTIONS}
     return factors, prof_over
+
+
+def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list[str]:
+    """The rows a profile runs, in the study's order: its `only_rows` (a non-empty list of the study's rows),
+    else all of them."""
+    if "only_rows" not in prof:
+        return [str(r) for r in all_rows]
+    only = prof["only_rows"]
+    if not isinstance(only, list) or not only:
+        chk.fail(f"{where}.only_rows", f"must be a non-empty list of the study's rows, got {only!r}.")
+    for r in only:
+        if r not in all_rows:
+            chk.fail(f"{where}.only_rows", f"{r!r} names no row of the study{suggest(str(r), all_rows)}; its rows: "
+                                           f"{', '.join(map(str, all_rows))}.")
+    return [str(r) for r in all_rows if r in only]
 
 
 def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
@@ -262,7 +284,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
     """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
     relative to this one; it may include in turn) is the start, and this profile's own settings are laid
     over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole).
-    The included profile's `rows` are left behind: they name rows of the other study."""
+    The included profile's `rows` and `only_rows` are left behind: they name rows of the other study."""
     if "include" not in prof:
         return prof
     ref = prof["include"]
@@ -285,6 +307,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
     merged = dict(_included(sub, sub.mapping(profiles[name], f"profiles.{name}"), f"profiles.{name}",
                             (*seen, chk.path.resolve())))
     merged.pop("rows", None)    # a profile's overrides of single rows belong to its own study's rows
+    merged.pop("only_rows", None)
     for key, value in prof.items():
         if key == "include":
             continue
