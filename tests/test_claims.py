@@ -1,6 +1,7 @@
 """The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/report/claims.py)."""
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -87,6 +88,23 @@ def test_every_claim_in_the_file_is_valid_and_names_real_rows():
                 name = getattr(c, side)
                 if isinstance(name, str) and metric in ("ppl", "bleu"):
                     assert load_tables()["table3"]["rows"][name][metric] == value, (c.id, side)
+
+
+def test_table2_claims_quote_tables_yaml_for_their_rows_pair():
+    """The BLEU a Table 2 claim quotes is tables.yaml's for its rows' pair: EN-FR rows (base_enfr, big_enfr)
+    quote the EN-FR column, the others the EN-DE one; every row named is a row of studies/table2.yaml."""
+    import yaml
+    rows2 = set(yaml.safe_load((Path(__file__).parents[1] / "studies" / "table2.yaml").read_text())["rows"])
+    paper = load_tables()["table2"]["rows"]
+    names = {"base": "Transformer (base model)", "big": "Transformer (big)"}
+    bleu = [c for c in claims.load_claims() if c.study == "table2" and c.paper and c.paper.get("metric") == "bleu"]
+    assert {c.id for c in bleu} >= {"big_above_base", "big_above_base_enfr"}
+    for c in bleu:
+        for side in ("a", "b"):
+            row = getattr(c, side)
+            assert row in rows2, (c.id, row)
+            pair = "en_fr" if row.endswith("_enfr") else "en_de"
+            assert paper[names[row.removesuffix("_enfr")]][f"bleu_{pair}"] == c.paper[side], (c.id, side)
 
 
 def test_check_claims_reads_finished_runs_only():

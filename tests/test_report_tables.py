@@ -35,7 +35,10 @@ T1_FAILURE = "RuntimeError: probe timed out at n=2048"
 # Table 2: (row, seed, status, test_bleu, test_bleu_tok, dev_ppl, test_ppl, train_seconds, train_flops)
 T2 = [("base", 0, "FINISHED", 20.0, 22.0, 5.0, 5.5, 600.0, 6.0e12),
       ("base", 1, "FINISHED", 21.0, 23.0, 5.2, 5.7, 660.0, 6.6e12),
-      ("big", 0, "FAILED", None, None, None, None, None, None)]
+      ("big", 0, "FAILED", None, None, None, None, None, None),
+      # the EN-FR rows (studies/table2.yaml's paper profile), on a prepared data/wmt14-en-fr
+      ("base_enfr", 0, "FINISHED", 30.0, 31.5, 4.0, 4.2, 700.0, 7.0e12),
+      ("big_enfr", 0, "FINISHED", 33.0, 34.0, 3.8, 3.9, 1400.0, 2.8e13)]
 T2_FAILURE = "CUDA out of memory at step 12"
 T4_FAILURE = "ValueError: no trees in data/ptb-semi"
 
@@ -100,12 +103,13 @@ def log_table1(client):
 
 
 def log_table2(client):
-    exp, parent = start(client, "table2", "base,big")
+    exp, parent = start(client, "table2", "base,big,base_enfr,big_enfr")
     for i, (row, seed, status, bleu, tok, dev_ppl, test_ppl, secs, flops) in enumerate(T2):
-        big = row == "big"
+        big, fr = row.startswith("big"), row.endswith("_enfr")
         params = {"model.n_layers": 3, "model.d_model": 128 if big else 64, "model.d_ff": 512 if big else 256,
-                  "model.n_heads": 16 if big else 8, "model.p_drop": 0.3 if big else 0.1,
-                  "train.average_last": 20 if big else 5, "train.seed": seed, "data.name": "synth"}
+                  "model.n_heads": 16 if big else 8, "model.p_drop": 0.3 if big and not fr else 0.1,
+                  "train.average_last": 20 if big else 5, "train.seed": seed,
+                  "data.name": "data/wmt14-en-fr" if fr else "synth"}
         ms = [("train_loss", 7.0 - s / 100, s) for s in (10, 20)]
         if status == "FINISHED":
             ms += [(k, v, 800) for k, v in {
@@ -241,7 +245,7 @@ def test_table2_paper_and_ours(reports):
     paper_base = t2["rows"]["Transformer (base model)"]
     assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | 5.10 | 5.60 | – | – | – | 1.2 |" in base
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
-    assert f"| {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
+    assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     big = line(text, "| **big** |")
     assert "0/1 FAILED" in big and f"FAILED: {T2_FAILURE}" in big and "| – / 20 |" in big
     assert table.loc["base", "test_bleu_tok_mean"] == pytest.approx(22.5)
@@ -256,6 +260,28 @@ def test_table2_paper_and_ours(reports):
         assert f"| {c['paper_cost']:.1e} | {c['paper_method_recomputed']:.2e} |" in ln
         assert f"| {c['counted_cost']:.2e} | {100 * c['implied_utilization']:.1f} % |" in ln
     assert "made-up corpus" in text and "not comparable" in text and "nrefs:1|case:mixed|tok:13a" in text
+
+
+def test_table2_en_fr_rows_fill_the_en_fr_columns_with_the_papers_beside(reports):
+    out, _, _ = reports
+    text, table, t2 = md(out, "table2"), csv(out, "table2"), load_tables()["table2"]["rows"]
+    base, big = t2["Transformer (base model)"], t2["Transformer (big)"]
+    assert list(table["row"]) == ["base", "big", "base_enfr", "big_enfr"]
+    assert list(table["pair"]) == ["EN-DE", "EN-DE", "EN-FR", "EN-FR"]
+    assert table.loc["base_enfr", "paper_bleu"] == pytest.approx(base["bleu_en_fr"])     # 38.1
+    assert table.loc["big_enfr", "paper_bleu"] == pytest.approx(big["bleu_en_fr"])       # 41.8 (arXiv v7)
+    assert table.loc["big", "paper_bleu"] == pytest.approx(big["bleu_en_de"])
+    assert table.loc["big_enfr", "paper_cost"] == pytest.approx(big["cost_en_fr"])
+    assert table.loc["big_enfr", "P_drop"] == pytest.approx(0.1) and table.loc["big", "P_drop"] == pytest.approx(0.3)
+    ln = line(text, "| **big_enfr** |")
+    assert f"| EN-FR | {big['bleu_en_fr']:g} | {big['cost_en_fr']:.1e} |" in ln and "| 34.00 |" in ln
+    layout = text.split("## Ours in the paper's layout")[1].split("## Ours\n")[0]
+    # BLEU EN-DE, paper, BLEU EN-FR, paper, cost EN-DE (the paper's way), paper, cost EN-FR, paper
+    assert (f"| Transformer (base model) | 22.50 ± 0.71 (base) | {base['bleu_en_de']:g} | 31.50 (base_enfr) | "
+            f"{base['bleu_en_fr']:g} | 3.15e+13 (base) | {base['cost_en_de']:.1e} | 3.50e+13 (base_enfr) | "
+            f"{base['cost_en_fr']:.1e} |") in layout
+    assert (f"| Transformer (big) | – (big) | {big['bleu_en_de']:g} | 34.00 (big_enfr) | {big['bleu_en_fr']:g} | "
+            f"– (big) | {big['cost_en_de']:.1e} | 7.00e+13 (big_enfr) | {big['cost_en_fr']:.1e} |") in layout
 
 
 def test_table4_paper_and_ours(reports):

@@ -12,16 +12,28 @@ from matplotlib.figure import Figure
 from harness.paper import load_tables
 from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
-# Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training).
-T2_ROWS = {"base": "Transformer (base model)", "big": "Transformer (big)"}
+# Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
+# language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
+T2_ROWS = {"base": "Transformer (base model)", "big": "Transformer (big)",
+           "base_enfr": "Transformer (base model)", "big_enfr": "Transformer (big)"}
+T2_EN_FR_ROWS = {"base_enfr", "big_enfr"}
+PAIRS = {"en_de": "EN-DE", "en_fr": "EN-FR"}   # the suffixes of tables.yaml's bleu_* / cost_* columns
+PAPER_KEYS = ("bleu_en_de", "bleu_en_fr", "cost_en_de", "cost_en_fr", "bleu", "cost")
 T2_ARCH = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
            "P_drop": "model.p_drop", "average_last": "train.average_last"}
+
+
+def row_pair(row: str, data_name: str) -> str:
+    """The language pair a row trained on: Table 2's EN-FR rows, or any row whose data directory is an EN-FR
+    one (e.g. `--set data.name=data/wmt14-en-fr`); EN-DE otherwise (the made-up corpus stands for EN-DE)."""
+    return "en_fr" if row in T2_EN_FR_ROWS or "en-fr" in Path(data_name or "").name else "en_de"
 
 
 def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
     """One line per row: test/dev BLEU (mean and std over FINISHED seeds), PPL, size, time, and the cost two
     ways (the paper's: seconds x 1 device x this device's matmul rate; counted: train_flops), with the
-    paper's EN-DE BLEU and cost beside."""
+    paper's BLEU and cost beside: both pairs' (paper_*_en_de, paper_*_en_fr) and the row's own pair's
+    (paper_bleu, paper_cost)."""
     paper = load_tables()["table2"]["rows"]
     runs = runs.assign(cost_paper_way=column(runs, "metrics.train_seconds")
                        * column(runs, "metrics.device_matmul_tflops") * 1e12,
@@ -31,8 +43,10 @@ def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
     for row, g, done, status, reason in row_groups(runs, row_order(runs, list(T2_ROWS), declared)):
         src = (done if len(done) else g).iloc[0]
         name = T2_ROWS.get(row, "")
-        rec = {"row": row, "paper_model": name, "status": status, "n_seeds": len(g), "n_finished": len(done),
-               "data": text_of(src, "params.data.name"), **{c: param_of(src, k) for c, k in T2_ARCH.items()}}
+        data_name = text_of(src, "params.data.name")
+        pair = row_pair(row, data_name)
+        rec = {"row": row, "paper_model": name, "pair": PAIRS[pair], "status": status, "n_seeds": len(g),
+               "n_finished": len(done), "data": data_name, **{c: param_of(src, k) for c, k in T2_ARCH.items()}}
         for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last"):
             rec[f"{m}_mean"], rec[f"{m}_std"] = mean_of(done, m), std_of(done, m)
         # What averaging the last checkpoints bought over the last checkpoint alone, seed by seed.
@@ -45,12 +59,34 @@ def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         rec["train_minutes"] = rec["train_seconds"] / 60
         rec.update({c: done[c].mean() for c in ("cost_paper_way", "cost_counted", "implied_utilization")})
         rec["device"] = tags_of(done, "device")
-        theirs = paper.get(name, {})
-        rec.update({f"paper_{k}": theirs.get(k, NAN) for k in ("bleu_en_de", "bleu_en_fr", "cost_en_de")})
+        theirs = {k: NAN if v is None else v for k, v in paper.get(name, {}).items()}
+        theirs.update(bleu=theirs.get(f"bleu_{pair}", NAN), cost=theirs.get(f"cost_{pair}", NAN))
+        rec.update({f"paper_{k}": theirs.get(k, NAN) for k in PAPER_KEYS})
         rec["failure_reason"] = reason
         records.append(rec)
-    return pd.DataFrame.from_records(records).astype({f"paper_{k}": float for k in
-                                                      ("bleu_en_de", "bleu_en_fr", "cost_en_de")})
+    return pd.DataFrame.from_records(records).astype({f"paper_{k}": float for k in PAPER_KEYS})
+
+
+def paper_layout(table: pd.DataFrame) -> list[list[str]]:
+    """Our rows in the paper's Table 2 layout: one line per Transformer model, each pair's BLEU (tokenized, the
+    paper's definition) and cost (the paper's way) from the row that trained on that pair, the paper's
+    value beside; "–" where no such row ran (e.g. EN-FR in the tiny profile)."""
+    by_cell = {(r["paper_model"], r["pair"]): r for r in table.to_dict("records") if r["paper_model"]}
+    body = []
+    for model in dict.fromkeys(T2_ROWS.values()):
+        line = [model]
+        for what in ("bleu", "cost"):
+            for key, pair in PAIRS.items():
+                r = by_cell.get((model, pair))
+                if what == "bleu":
+                    ours = pm(r["test_bleu_tok_mean"], r["test_bleu_tok_std"]) if r else "–"
+                    theirs = num(r["paper_bleu"], "{:g}") if r else "–"
+                else:
+                    ours = num(r["cost_paper_way"], "{:.2e}") if r else "–"
+                    theirs = num(r["paper_cost"], "{:.1e}") if r else "–"
+                line += [f"{ours} ({r['row']})" if r else ours, theirs]
+        body.append(line)
+    return body
 
 
 def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[dict]) -> list[str]:
@@ -69,6 +105,12 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
                          num(r.get("cost_en_de"), "{:.1e}"), num(r.get("cost_en_fr"), "{:.1e}")]
                         for name, r in ((n, {k: NAN if v is None else v for k, v in r.items()})
                                         for n, r in t2["rows"].items())])
+    lines += ["", "## Ours in the paper's layout", "",
+              "Test BLEU tokenized as the paper's (mean ± std over finished seeds) and the training cost the paper's "
+              "way, each from the row (in brackets) that trained on that pair, the paper's value beside; EN-FR "
+              "rows run in the paper profile only (WMT14 EN-FR; there is no made-up EN-FR corpus).", ""]
+    lines += md_table(["Model", "BLEU EN-DE", "paper", "BLEU EN-FR", "paper", "cost EN-DE (FLOPs)", "paper",
+                       "cost EN-FR (FLOPs)", "paper"], paper_layout(table))
     lines += ["", "## Ours", "",
               "BLEU on our test split: `sacre` is sacreBLEU (detokenized, 13a), `tok` the paper's tokenized "
               "definition; means ± sample std (ddof=1) over the seeds that FINISHED (`seeds` = finished / run). "
@@ -80,8 +122,8 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
     head = ["row", "paper model", "N, d_model, d_ff, h", "seeds", "test BLEU sacre", "test BLEU tok", "dev PPL",
             "test PPL", "test BLEU tok, last checkpoint alone", "Δ BLEU tok from averaging", "test PPL, last alone",
             "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
-            "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "paper BLEU EN-DE",
-            "paper cost EN-DE (FLOPs)", "notes"]
+            "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "pair", "paper BLEU",
+            "paper cost (FLOPs)", "notes"]
     body = []
     for r in table.to_dict("records"):
         arch = ", ".join(num(r[c], "{:g}") for c in ("N", "d_model", "d_ff", "h"))
@@ -94,8 +136,8 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
                      f"{num(r['averaged_checkpoints'], '{:g}')} / {num(r['average_last'], '{:g}')}",
                      num(r["train_minutes"], "{:.1f}"), num(r["device_matmul_tflops"], "{:.3g}"),
                      num(r["cost_paper_way"], "{:.2e}"), num(r["cost_counted"], "{:.2e}"),
-                     num(100 * r["implied_utilization"], "{:.1f} %"), num(r["paper_bleu_en_de"], "{:g}"),
-                     num(r["paper_cost_en_de"], "{:.1e}"), failure_cell(r)])
+                     num(100 * r["implied_utilization"], "{:.1f} %"), r["pair"], num(r["paper_bleu"], "{:g}"),
+                     num(r["paper_cost"], "{:.1e}"), failure_cell(r)])
     lines += md_table(head, body)
     lines += ["", "## The paper's own cost, two ways", "",
               "The paper's cost is training time × GPUs × an assumed sustained rate per GPU (footnote 5). "
@@ -116,7 +158,8 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
 
 
 def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path) -> Path:
-    """Left: our test BLEU against training cost, both ways. Right: the paper's EN-DE BLEU against its cost."""
+    """Left: our test BLEU against training cost, both ways. Right: the paper's BLEU against its cost, EN-DE
+    and EN-FR."""
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     ours, theirs = fig.subplots(1, 2)
     ok = table.dropna(subset=["test_bleu_tok_mean"])
@@ -134,14 +177,17 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path) -> Pat
     else:
         no_data(ours, "finished rows")
     ours.set(xlabel="training cost (FLOPs)", ylabel="test BLEU (tokenized)", title=f"{study}: ours")
-    rows = [(n, r["cost_en_de"], r["bleu_en_de"]) for n, r in load_tables()["table2"]["rows"].items()
-            if r.get("cost_en_de") is not None and r.get("bleu_en_de") is not None]
-    if rows:
-        theirs.plot([c for _, c, _ in rows], [b for _, _, b in rows], "o", color="C1")
-        for name, cost, bleu in rows:
-            theirs.annotate(name, (cost, bleu), textcoords="offset points", xytext=(4, 2), fontsize=6)
-        theirs.set_xscale("log")
-    theirs.set(xlabel="training cost (FLOPs)", ylabel="newstest2014 EN-DE BLEU", title="the paper's Table 2")
+    for (key, label), color in zip(PAIRS.items(), ("C1", "C2")):
+        rows = [(n, r[f"cost_{key}"], r[f"bleu_{key}"]) for n, r in load_tables()["table2"]["rows"].items()
+                if r.get(f"cost_{key}") is not None and r.get(f"bleu_{key}") is not None]
+        if rows:
+            theirs.plot([c for _, c, _ in rows], [b for _, _, b in rows], "o", color=color, label=label)
+            for name, cost, bleu in rows:
+                theirs.annotate(name, (cost, bleu), textcoords="offset points", xytext=(4, 2), fontsize=6)
+            theirs.set_xscale("log")
+    if theirs.get_legend_handles_labels()[0]:
+        theirs.legend(fontsize=7)
+    theirs.set(xlabel="training cost (FLOPs)", ylabel="newstest2014 BLEU", title="the paper's Table 2")
     return save_png(fig, path)
 
 
