@@ -181,3 +181,24 @@ def test_tokenized_bleu_differs_from_sacrebleu():
     paper = tokenized_bleu(hyps, refs).score
     sacre, _ = sacre_bleu(hyps, refs)
     assert paper > sacre > 0
+
+
+def test_evaluate_scores_tokenized_bleu_with_the_target_languages_rules(monkeypatch):
+    """A prepared EN-FR directory's runs pass lang="fr" (Dataset.tgt_lang): the French Moses rules keep the
+    elided article "L'" whole, the German ones split the apostrophe off, and the two BLEU figures differ."""
+    from types import SimpleNamespace
+
+    from harness.data.batching import ParallelData
+    from harness.eval import evaluate as ev
+    hyps, refs = ["L'or monte vite.", "C'est l'heure."], ["L'or monte.", "C'est l'heure du thé."]
+    monkeypatch.setattr(ev, "perplexity", lambda *a, **k: 2.0)
+    monkeypatch.setattr(ev, "translate", lambda *a, **k: list(hyps))
+    split = SimpleNamespace(data=ParallelData([[5, 6], [7]], [[8], [9, 10]]), src_text=["a", "b"], tgt_text=refs,
+                            trees=None)
+    kwargs = dict(prefix="dev", beam_size=4, alpha=0.6, max_extra=50, max_tokens=100, bleu_sentences=None,
+                  autocast=None)
+    fr, _ = ev.evaluate(None, None, split, "cpu", lang="fr", **kwargs)
+    de, _ = ev.evaluate(None, None, split, "cpu", **kwargs)             # the default: German rules
+    assert fr["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs, lang="fr").score)
+    assert de["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs, lang="de").score)
+    assert fr["dev_bleu_tok"] != pytest.approx(de["dev_bleu_tok"])
