@@ -173,9 +173,7 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
     runs_rows = _profile_rows(chk, prof, where, all_rows)
     prof_rows = chk.mapping(prof.get("rows"), f"{where}.rows")
     for r in prof_rows:
-        if r not in all_rows:
-            chk.fail(f"{where}.rows.{r}", f"names no row of the study{suggest(str(r), all_rows)}; its rows: "
-                                          f"{', '.join(map(str, all_rows))}.")
+        _known_row(chk, r, f"{where}.rows.{r}", all_rows)
     prof_row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"{where}.rows.{r}"), f"{where}.rows.{r}", None)
                      for r, v in prof_rows.items()}
     if "seed" in sets.get("train", {}):
@@ -231,10 +229,15 @@ def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list
     if not isinstance(only, list) or not only:
         chk.fail(f"{where}.only_rows", f"must be a non-empty list of the study's rows, got {only!r}.")
     for r in only:
-        if r not in all_rows:
-            chk.fail(f"{where}.only_rows", f"{r!r} names no row of the study{suggest(str(r), all_rows)}; its rows: "
-                                           f"{', '.join(map(str, all_rows))}.")
+        _known_row(chk, r, f"{where}.only_rows", all_rows)
     return [str(r) for r in all_rows if r in only]
+
+
+def _known_row(chk: _Checker, row, where: str, all_rows: dict) -> None:
+    """A profile's reference to a row (rows, only_rows) must name one of the study's rows."""
+    if row not in all_rows:
+        chk.fail(where, f"{row!r} names no row of the study{suggest(str(row), all_rows)}; its rows: "
+                        f"{', '.join(map(str, all_rows))}.")
 
 
 def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
