@@ -344,8 +344,9 @@ VIEW_PARAMS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_heads",
 
 
 def share_view(uri: str, parent_id: str) -> str:
-    """Save the study invocation's view of the runs table in MLflow (its parent run expanded, its trials'
-    row, seed, key metrics and knobs as columns) and return the link to it, relative to the server's root."""
+    """Save the study invocation's view of the runs table in MLflow (its trials' row, seed, key metrics and
+    knobs as columns; the parent run marked expanded, which MLflow 3.17 does not yet restore from a shared
+    view) and return the link to it, relative to the server's root."""
     client = MlflowClient(uri)
     parent = client.get_run(parent_id)
     exp = parent.info.experiment_id
