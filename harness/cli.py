@@ -59,6 +59,11 @@ def _cmd_train(args) -> int:
         model_cfg, train_cfg, data_cfg = model_cfg, TRAIN_PRESETS[args.preset], DataConfig(name=args.data)
     model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, train_cfg, data_cfg, overrides.parse_sets(args.set))
     ranks = _torchrun_ranks(train_cfg.device)
+    if ranks.world > 1:      # one process per machine builds the corpus and BPE caches; the others then read them
+        if ranks.local_rank == 0:
+            from harness.data.corpus import prepare_data
+            prepare_data(data_cfg, model_cfg.vocab_size)
+        ranks.barrier()
     metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet, ranks=ranks)
     if not ranks.is_main:
         return 0

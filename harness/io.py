@@ -56,8 +56,11 @@ def atomic_dir(out: str | os.PathLike, marker: str = "manifest.json") -> Iterato
     try:
         yield tmp
         try:
-            if out.is_dir() and not any(out.iterdir()):
-                out.rmdir()                   # renaming onto a directory is not portable
+            try:
+                if out.is_dir() and not any(out.iterdir()):
+                    out.rmdir()               # renaming onto a directory is not portable
+            except FileNotFoundError:         # another process removed the empty `out` first, to rename onto it
+                pass
             os.rename(tmp, out)
         except OSError:
             if not (out / marker).is_file():  # not someone else's finished copy: a real failure
@@ -73,8 +76,10 @@ def check_writable(path: Path, what: str, advice: str, keep: bool = True) -> Non
     existed = path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        (path / ".write_test").touch()
-        (path / ".write_test").unlink()
+        # A probe of its own: the ranks of a torchrun job check the same directory at the same moment.
+        fd, probe = tempfile.mkstemp(prefix=".write_test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
         if not keep and not existed:
             path.rmdir()
     except OSError as err:

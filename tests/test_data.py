@@ -136,3 +136,32 @@ def test_packed_batches_count_real_tokens_and_a_packed_batch_has_no_padding():
     src, tgt = b.packing
     assert src.cu.tolist() == [0, 2, 6] and tgt.pos.tolist() == [0, 1, 2, 3, 0, 1, 2] and tgt.max_len == 4
     assert b.n_tgt_tokens == 7 and b.n_src_tokens == 6
+
+
+def test_the_ranks_of_one_job_may_check_and_fill_the_same_directories_at_once(tmp_path):
+    """torchrun starts every rank at the same moment: each checks that the output directory is writable and
+    each may build the same cached corpus. Neither may fail because another rank is doing the same."""
+    import threading
+
+    from harness.io import atomic_dir, check_writable
+    errors, start = [], threading.Barrier(4)
+
+    def rank(i: int) -> None:
+        start.wait()
+        try:
+            for j in range(200):
+                check_writable(tmp_path / "out", "output directory", "choose a writable path")
+                with atomic_dir(tmp_path / f"cache-{j}") as tmp:
+                    (tmp / "manifest.json").write_text(str(i))
+                assert (tmp_path / f"cache-{j}" / "manifest.json").is_file()
+        except Exception as err:     # noqa: BLE001 - any failure of any rank fails the test
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no probe or temp dir left
+    assert list((tmp_path / "out").iterdir()) == []
