@@ -13,11 +13,11 @@ from harness.errors import UserError
 
 
 def _cmd_data_synth(args) -> int:
-    from harness.data.synth import write_corpus
+    from harness.data.synth import SynthConfig, write_corpus
     def progress(split: str, done: int, total: int) -> None:
         print(f"{split}: {done:,}/{total:,} pairs", file=sys.stderr, flush=True)
     manifest = write_corpus(args.out, args.pairs, args.dev_pairs, args.test_pairs, args.seed,
-                            progress=None if args.json else progress)
+                            SynthConfig(target=args.target), progress=None if args.json else progress)
     print(json.dumps(manifest) if args.json else f"wrote the made-up corpus to {args.out}: "
           f"{args.pairs} train, {args.dev_pairs} dev, {args.test_pairs} test pairs (seed {args.seed})")
     return 0
@@ -149,6 +149,8 @@ def _add_data(sub) -> None:
     synth.add_argument("--dev-pairs", type=int, default=1000)
     synth.add_argument("--test-pairs", type=int, default=1000)
     synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--target", choices=("de", "fr"), default="de",
+                       help="the target language: German-like (default) or French-like, the same sources")
     synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
     synth.set_defaults(func=_cmd_data_synth)
     prep = data.add_parser("prepare", help="build the paper's split from downloaded WMT files")

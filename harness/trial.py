@@ -23,6 +23,10 @@ from harness.train import TrainConfig, train
 from harness.train.dist import SINGLE, Ranks
 
 
+# Settings added after studies had run: (part, name, default).
+_ADDED_LATER = (("data", "target", "de"),)
+
+
 @dataclass(frozen=True)
 class Trial:
     """One row x seed of a study, resolved: the model, train and data settings it runs with (or, for a
@@ -43,6 +47,9 @@ class Trial:
     @property
     def config_hash(self) -> str:
         config = {"model": self.model, "train": self.train, "data": self.data}
+        for part, name, default in _ADDED_LATER:   # at their defaults, trials hash as before (--resume finds them)
+            if config[part].get(name, default) == default:
+                config[part] = {k: v for k, v in config[part].items() if k != name}
         if self.kind != "train":
             config = {"kind": self.kind, "probe": self.probe, "seed": self.seed}
         blob = json.dumps(config, sort_keys=True)

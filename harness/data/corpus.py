@@ -31,6 +31,7 @@ class DataConfig:
     lexicon_scale: float = 1.0     # synth only: multiplies the lexicon's sizes (1.0: 5,000 lemmas)
     max_depth: int = 4             # synth only: how deep clauses, PPs and coordinations nest (1..8)
     max_words: int = 70            # synth only: longest source sentence in words, final "." included
+    target: str = "de"             # synth only: the target language, "de" (German-like) or "fr" (French-like)
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 
@@ -51,8 +52,8 @@ class Dataset:
     root: Path
     info: dict = field(default_factory=dict)
     # The target side's language, for the paper's tokenized BLEU (Moses `tokenizer.perl -l LANG`): the
-    # suffix of a prepared WMT directory's files (train.de, train.fr); "de" for the made-up corpus's .tgt,
-    # whose space-separated text every language's rules leave alone.
+    # suffix of a prepared WMT directory's files (train.de, train.fr); for the made-up corpus's .tgt, its
+    # `target` (the French-like target's elisions, "l'ami", are what `-l fr` splits).
     tgt_lang: str = "de"
 
 
@@ -108,7 +109,7 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
             trees = (root / f"{split}.tree").read_text(encoding="utf-8").splitlines()
         splits[split] = Split(src, tgt, data, trees)
     tgt_suffix = _split_paths(root, "train")[1].suffix.lstrip(".")
-    tgt_lang = tgt_suffix if tgt_suffix in ("de", "fr") else "de"
+    tgt_lang = tgt_suffix if tgt_suffix in ("de", "fr") else cfg.target
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
             "tgt_lang": tgt_lang,
             **{f"{s}_pairs": len(splits[s].data) for s in splits},

@@ -1,4 +1,4 @@
-"""The synthetic EN-like -> DE-like translation corpus, with gold constituency trees.
+"""The synthetic EN-like -> DE-like (or FR-like) translation corpus, with gold constituency trees.
 
 Real WMT data cannot ship, so this is the project's default data. It is built so that attention has to
 work for its living (DESIGN.md, "The synthetic corpora"):
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from harness.errors import UserError
 from harness.io import atomic_dir
@@ -60,6 +60,7 @@ class SynthConfig:
     p_past: float = 0.5
     max_len: int = 70  # source tokens including the final "."; longer draws are redrawn
     lexicon_seed: int = 0  # fixes the spellings and lexical features, separately from the sentence seed
+    target: str = "de"  # the target language: "de" (German-like) or "fr" (French-like, the same sources)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,156 @@ def lexicon(cfg: SynthConfig) -> _Lexicon:
                     cfg.lexicon_seed)
 
 
+# ------------------------------------------------------------------------------ the French-like target
+# The second target language (Table 2's EN-FR column). Its lexicon is drawn from a random stream of its own,
+# and a sentence's realisation draws nothing, so a French-like corpus has exactly the source sentences and
+# trees of the German-like one with the same seeds: the two differ in the target language alone.
+# Where the German-like target reorders (verb second / verb final, postpositions, mirrored adjectives),
+# this one keeps the source's SVO order, as French does; its own difficulties are local:
+# - adjectives after the noun in source order, except a few frequent ones before it (a lemma property,
+#   as French "grand", "petit", "beau" are); intensifiers before their adjective;
+# - two genders (hidden, per target noun sense) and number: determiners, adjectives and past participles
+#   agree; a bare English plural gets the determiner "des"; the past is compound (auxiliary + participle,
+#   an adverb between them), and in an object relative clause the participle agrees with the antecedent,
+#   which may be far to the left ("la chose que les gens ont vue");
+# - two verb classes (-er and -ir endings), a lemma property; nouns ending in -au/-eu take -x in the plural;
+# - elision and contraction: le/la -> l', de -> d', que -> qu' before a vowel, ce -> cet before a vowel,
+#   de + le -> du, de + les -> des, de + des -> de.
+_FR_ON = "b c d f g j l m n p r s t v ch gr br pl tr cl fl pr".split()
+_FR_ON_FIRST = _FR_ON + [""] * 6     # about a fifth of words begin with a vowel, so elision happens
+_FR_NU = "a e i o u é è ai au ou oi eu an on in".split()
+_FR_CO = ["", "", "", "r", "l", "n", "t", "c", "ss", "ll", "nd", "rt"]
+_FR_VOWELS = frozenset("aeiouéèêàâô")
+
+# [pl][determiner] -> the (masc, fem) forms, for _DET_SG and _DET_PL's English determiners in order.
+_FR_DET = ((("le", "la"), ("un", "une"), ("ce", "cette"), ("chaque", "chaque"), ("aucun", "aucune")),
+           (("les", "les"), ("quelques", "quelques"), ("ces", "ces"), ("beaucoup de", "beaucoup de"),
+            ("aucuns", "aucunes")))
+_FR_BARE_PL = "des"
+_FR_PRONOUNS = (("il", 0, 0), ("elle", 1, 0), ("il", 0, 0), ("ils", 0, 1))   # he, she, it, they
+_FR_PREP_NP = ("dans", "sur", "près de", "sous", "derrière", "avec", "de", "à côté de")   # as _PREP_NP
+_FR_PREP_VP = ("après", "avant", "pendant", "sans", "malgré", "pour")                     # as _PREP_VP
+_FR_CONJ = ("et", "ou", "mais")
+_FR_INTENS = ("très", "assez", "plutôt")
+_FR_AUX = ("a", "ont")                          # the auxiliary of the compound past, by subject number
+_FR_VERB_END = (("e", "ent", "é"), ("it", "issent", "i"))   # [class]: present sg, present pl, participle
+_FR_AGR = (("", "s"), ("e", "es"))             # [gender][plural]: adjectives and participles
+_FR_CLOSED = {w for tab in (_FR_DET[0], _FR_DET[1]) for pair in tab for form in pair for w in form.split()} | \
+    {p[0] for p in _FR_PRONOUNS} | {w for p in _FR_PREP_NP + _FR_PREP_VP for w in p.split()} | \
+    set(_FR_CONJ + _FR_INTENS + _FR_AUX) | {_FR_BARE_PL, "qui", "que", "cet", "du"}
+
+
+def _fr_plural(stem: str) -> str:
+    """-s, or -x after -au and -eu; a stem ending in -s would not change (its lemma is drawn again)."""
+    return stem if stem.endswith("s") else stem + ("x" if stem.endswith(("au", "eu")) else "s")
+
+
+class _FrenchLexicon:
+    """French-like spellings for the lemmas of `lexicon(cfg)`, with their own genders, verb classes and
+    adjective positions; the lemmas' other features (senses, animacy, verb kinds) are the base lexicon's."""
+
+    def __init__(self, cfg: SynthConfig):
+        base = lexicon(cfg)
+        rng = random.Random((cfg.lexicon_seed << 8) | 0x46)      # a stream of its own ("F")
+        used = set(_FR_CLOSED)
+
+        def fresh(rank, forms):  # frequent words are short; no surface form shared with another word
+            while True:
+                n_syl = 1 + (rank >= 40) + (rank >= 600 or rng.random() < 0.15)
+                stem = "".join(rng.choice(_FR_ON_FIRST if k == 0 else _FR_ON) + rng.choice(_FR_NU) +
+                               rng.choice(_FR_CO) for k in range(n_syl))
+                out = forms(stem)
+                if not used.intersection(out) and len(set(out)) == len(out):
+                    used.update(out)
+                    return stem
+
+        self.n_gender, self.n_tgt = [], []        # [noun][sense]; [noun][sense][plural]
+        for r in range(cfg.n_nouns):
+            senses = []
+            for _ in range(2 if base.n_amb[r] else 1):
+                stem = fresh(r, lambda s: [s, _fr_plural(s)])
+                senses.append((rng.randrange(2), (stem, _fr_plural(stem))))
+            senses = senses * (3 - len(senses))
+            self.n_gender.append((senses[0][0], senses[1][0]))
+            self.n_tgt.append((senses[0][1], senses[1][1]))
+        # Verbs: [sense] -> (present sg, present pl, participle[gender][plural]).
+        self.v_class, self.v_tgt = [], []
+        for r in range(cfg.n_verbs):
+            cls = 0 if rng.random() < 0.75 else 1
+            sg, pl, part = _FR_VERB_END[cls]
+            forms = lambda s: [s + sg, s + pl] + [s + part + a for ga in _FR_AGR for a in ga]  # noqa: B023
+            stems = [fresh(r, forms) for _ in range(2 if base.v_amb[r] else 1)] * 2
+            self.v_class.append(cls)
+            self.v_tgt.append(tuple((s + sg, s + pl, tuple(tuple(s + part + a for a in ga) for ga in _FR_AGR))
+                                    for s in stems[:2]))
+        aforms = lambda s: [s + a for ga in _FR_AGR for a in ga]  # noqa: E731
+        self.a_tgt = [tuple(tuple(s + a for a in ga) for ga in _FR_AGR)
+                      for s in (fresh(r, aforms) for r in range(cfg.n_adjectives))]
+        self.a_pre = [r < 12 and rng.random() < 0.5 for r in range(cfg.n_adjectives)]
+        self.r_tgt = [fresh(r, lambda s: [s + "ment"]) + "ment" for r in range(cfg.n_adverbs)]
+
+    def analyses(self) -> dict:
+        """Target surface form -> analysis (tests and diagnostics), as _Lexicon.analyses' target side."""
+        tgt = {}
+        for i, senses in enumerate(self.n_tgt):
+            for sense in (0, 1):
+                for pl in (0, 1):
+                    tgt[senses[sense][pl]] = ("N", i, sense, pl, self.n_gender[i][sense])
+        for i, senses in enumerate(self.v_tgt):
+            for sense, (sg, pl, part) in enumerate(senses):
+                tgt[sg], tgt[pl] = ("V", i, sense, 0), ("V", i, sense, 1)
+                for g in (0, 1):
+                    for n in (0, 1):
+                        tgt[part[g][n]] = ("PART", i, sense, g, n)
+        for i, forms in enumerate(self.a_tgt):
+            for g in (0, 1):
+                for n in (0, 1):
+                    tgt[forms[g][n]] = ("J", i, g, n)
+        for i, w in enumerate(self.r_tgt):
+            tgt[w] = ("R", i)
+        return tgt
+
+
+@lru_cache(maxsize=8)
+def _french_lexicon(n_nouns, n_verbs, n_adjectives, n_adverbs, n_ambiguous, lexicon_seed) -> _FrenchLexicon:
+    return _FrenchLexicon(SynthConfig(n_nouns=n_nouns, n_verbs=n_verbs, n_adjectives=n_adjectives,
+                                      n_adverbs=n_adverbs, n_ambiguous=n_ambiguous, lexicon_seed=lexicon_seed))
+
+
+def french_lexicon(cfg: SynthConfig) -> _FrenchLexicon:
+    return _french_lexicon(cfg.n_nouns, cfg.n_verbs, cfg.n_adjectives, cfg.n_adverbs, cfg.n_ambiguous,
+                           cfg.lexicon_seed)
+
+
+def _fr_vowel(word: str) -> bool:
+    return word[:1] in _FR_VOWELS
+
+
+def french_elide(tokens: list[str]) -> list[str]:
+    """The target's contractions, then its elisions (see the French-like target above)."""
+    merged: list[str] = []
+    i, n = 0, len(tokens)
+    while i < n:                     # de + le -> du (not before a vowel: de l'ami), de + les -> des, de + des -> de
+        w, nxt, after = tokens[i], tokens[i + 1] if i + 1 < n else "", tokens[i + 2] if i + 2 < n else ""
+        if w == "de" and (nxt in ("les", "des") or (nxt == "le" and not _fr_vowel(after))):
+            merged.append({"le": "du", "les": "des", "des": "de"}[nxt])
+            i += 2
+        else:
+            merged.append(w)
+            i += 1
+    out: list[str] = []
+    i, n = 0, len(merged)
+    while i < n:                     # le, la, de, que -> l', d', qu' joined to a vowel-initial word; ce -> cet
+        w, nxt = merged[i], merged[i + 1] if i + 1 < n else ""
+        if w in ("le", "la", "de", "que") and _fr_vowel(nxt):
+            out.append(w[:-1] + "'" + nxt)
+            i += 2
+        else:
+            out.append("cet" if w == "ce" and _fr_vowel(nxt) else w)
+            i += 1
+    return out
+
+
 def _zipf(ranks, s: float) -> tuple[list[float], float]:
     """Cumulative 1/rank^s weights for bisect, and their total; the last is made infinite so that
     float rounding of random() * total can never fall off the end."""
@@ -230,11 +381,132 @@ def _zipf(ranks, s: float) -> tuple[list[float], float]:
 
 # --------------------------------------------------------------------------------------------- grammar
 MAIN, COMP, RSUBJ, ROBJ = 0, 1, 2, 3  # clause kinds: V2 main, that-complement, subject/object-gap rel.
+TARGETS = ("de", "fr")
+
+
+class _Rules(NamedTuple):
+    """How one target language realises what the source grammar drew (the draws are the same for all)."""
+    gender: list           # [noun][sense] -> the target noun's gender
+    prons: tuple           # [pronoun] -> (target word, gender, plural)
+    conj: tuple            # [conjunction] -> target word
+    rel_comma: bool        # relative clauses set off by commas
+    np: Callable           # (det k or -1, plural, noun, sense, gender, case, [(adj, intensifier or -1)]) -> tgt
+    pp: Callable           # (vp-level, preposition k, the NP's tgt) -> tgt
+    clause: Callable       # (kind, subject tgt or None, sg, spl, ag, apl, verb, sense, past, adverb or -1,
+    #                          pp tgt, object tgt, complement tgt or None) -> tgt
+    finish: Callable       # the whole sentence's tgt tokens, "." included -> tgt
+
+
+def _german(cfg: SynthConfig) -> _Rules:
+    """Verb second in main clauses, verb final elsewhere, postpositions, adjectives after the noun
+    mirrored, three genders, case on determiners and relative pronouns (the module docstring)."""
+    lex = lexicon(cfg)
+    n_tgt, a_tgt, r_tgt, v_tgt = lex.n_tgt, lex.a_tgt, lex.r_tgt, lex.v_tgt
+
+    def paradigm(stem):  # [gender][plural][case]
+        return [[[_tgt_det(stem, g, pl, c) for c in range(3)] for pl in (0, 1)] for g in range(3)]
+
+    dets = [[paradigm(t) for _, t in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
+    rel = paradigm(_REL)  # [gender][plural][case]
+    intens = [t for _, t in _INTENS]
+    preps = ([t for _, t, _ in _PREP_NP], [t for _, t, _ in _PREP_VP])
+
+    def np(dk, pl, i, sense, g, case, adjs):
+        tgt = [dets[pl][dk][g][pl][case]] if dk >= 0 else []
+        tgt.append(n_tgt[i][sense][pl])
+        for j, k in reversed(adjs):  # adjectives follow the noun, mirrored, intensifier after
+            tgt.append(a_tgt[j][g][pl])
+            if k >= 0:
+                tgt.append(intens[k])
+        return tgt
+
+    def pp(vp, k, np_tgt):
+        return np_tgt + [preps[vp][k]]  # postposition
+
+    def clause(kind, s_tgt, sg, spl, ag, apl, v, sense, past, r, pp_tgt, o_tgt, comp):
+        if kind == RSUBJ:
+            s_tgt = [rel[ag][apl][NOM]]
+        elif kind == ROBJ:
+            s_tgt = [rel[ag][apl][ACC]] + s_tgt
+        vt = v_tgt[v][sense][past][sg][spl]
+        if kind == MAIN:  # verb second; VP-level PP before the object; a that-clause last
+            tgt = s_tgt + [vt]
+            if r >= 0:
+                tgt.append(r_tgt[r])
+            tgt += pp_tgt
+            tgt += o_tgt
+        else:  # verb final, a that-clause extraposed after the verb
+            tgt = [",", _COMP] + s_tgt if kind == COMP else list(s_tgt)
+            if r >= 0:
+                tgt.append(r_tgt[r])
+            tgt += pp_tgt
+            tgt += o_tgt
+            tgt.append(vt)
+        if comp:
+            tgt += comp
+        return tgt
+
+    def finish(tgt):
+        # Relative clauses are closed by a comma; drop the ones that run into another comma or the end.
+        if "," in tgt:
+            tgt = [w for w, nxt in zip(tgt, tgt[1:] + [""]) if not (w == "," and nxt in (",", "."))]
+        return tgt
+
+    return _Rules([list(gs) for gs in lex.n_gender], tuple((t, g, pl) for _, t, g, pl in _PRONOUNS),
+                  tuple(t for _, t in _CONJ), True, np, pp, clause, finish)
+
+
+def _french(cfg: SynthConfig) -> _Rules:
+    """The source's SVO order, prepositions, adjectives after the noun (a few before), two genders,
+    participle agreement, elision and contraction (the French-like target above)."""
+    lex = french_lexicon(cfg)
+    n_tgt, a_tgt, a_pre, r_tgt, v_tgt = lex.n_tgt, lex.a_tgt, lex.a_pre, lex.r_tgt, lex.v_tgt
+    dets = [[[form.split() for form in pair] for pair in tab] for tab in _FR_DET]  # [pl][k][g] -> tokens
+    preps = ([p.split() for p in _FR_PREP_NP], [p.split() for p in _FR_PREP_VP])
+
+    def adjective(j, k, g, pl):
+        return [_FR_INTENS[k], a_tgt[j][g][pl]] if k >= 0 else [a_tgt[j][g][pl]]
+
+    def np(dk, pl, i, sense, g, case, adjs):
+        tgt = list(dets[pl][dk][g]) if dk >= 0 else [_FR_BARE_PL]   # dk < 0: a bare plural
+        post = []
+        for j, k in adjs:          # in source order: before the noun (a_pre) or after it
+            (tgt if a_pre[j] else post).extend(adjective(j, k, g, pl))
+        tgt.append(n_tgt[i][sense][pl])
+        return tgt + post
+
+    def pp(vp, k, np_tgt):
+        return preps[vp][k] + np_tgt
+
+    def clause(kind, s_tgt, sg, spl, ag, apl, v, sense, past, r, pp_tgt, o_tgt, comp):
+        if kind == RSUBJ:
+            tgt = ["qui"]
+        else:
+            tgt = (["que"] if kind in (ROBJ, COMP) else []) + s_tgt
+        present_sg, present_pl, part = v_tgt[v][sense]
+        if past:   # the compound past; an object relative's participle agrees with its antecedent
+            tgt.append(_FR_AUX[spl])
+            if r >= 0:
+                tgt.append(r_tgt[r])
+            tgt.append(part[ag][apl] if kind == ROBJ else part[0][0])
+        else:
+            tgt.append(present_pl if spl else present_sg)
+            if r >= 0:
+                tgt.append(r_tgt[r])
+        tgt += o_tgt
+        tgt += pp_tgt
+        if comp:
+            tgt += comp
+        return tgt
+
+    return _Rules(lex.n_gender, _FR_PRONOUNS, _FR_CONJ, False, np, pp, clause, french_elide)
 
 
 def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[list, str, list]]:
     """Returns sentence(rng.random) -> (src tokens, tree, tgt tokens). Closures over locals, for speed."""
     lex = lexicon(cfg)
+    rules = _french(cfg) if cfg.target == "fr" else _german(cfg)
+    t_np, t_pp, t_clause, t_finish, rel_comma = rules.np, rules.pp, rules.clause, rules.finish, rules.rel_comma
     max_len, max_depth, p_rel, p_coord = cfg.max_len, cfg.max_depth, cfg.p_relative, cfg.p_coord
     p_pp, p_vpp = cfg.p_pp, 0.6 * cfg.p_pp
     p_adj, p_adv, p_pron = cfg.p_adjective, cfg.p_adverb, cfg.p_pronoun
@@ -254,62 +526,54 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
     # Precomputed leaves and forms: the hot path only indexes and concatenates.
     n_src = (lex.n_src, [w + "s" for w in lex.n_src])
     n_leaf = ([f"(NN {w})" for w in n_src[0]], [f"(NNS {w})" for w in n_src[1]])
-    n_tgt, n_gender, n_amb, n_anim = lex.n_tgt, lex.n_gender, lex.n_amb, lex.n_anim
-    a_src, a_leaf, a_tgt, a_bit = lex.a_src, [f"(JJ {w})" for w in lex.a_src], lex.a_tgt, lex.a_bit
-    r_src, r_leaf, r_tgt = lex.r_src, [f"(ADVP (RB {w}))" for w in lex.r_src], lex.r_tgt
+    n_gender, n_amb, n_anim = rules.gender, lex.n_amb, lex.n_anim
+    a_src, a_leaf, a_bit = lex.a_src, [f"(JJ {w})" for w in lex.a_src], lex.a_bit
+    r_src, r_leaf = lex.r_src, [f"(ADVP (RB {w}))" for w in lex.r_src]
     v_forms = [(w, w + "s", w + "ed") for w in lex.v_src]  # VBP, VBZ, VBD
-    v_tgt, v_kind, v_bit, v_amb = lex.v_tgt, lex.v_kind, lex.v_bit, lex.v_amb
-    def paradigm(stem):  # [gender][plural][case]
-        return [[[_tgt_det(stem, g, pl, c) for c in range(3)] for pl in (0, 1)] for g in range(3)]
+    v_kind, v_bit, v_amb = lex.v_kind, lex.v_bit, lex.v_amb
+    dets = [[(w, f"(DT {w})") for w, _ in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
+    prons = [(w, f"(NP (PRP {w}))", *t) for (w, _, _, _), t in zip(_PRONOUNS, rules.prons)]
+    preps_np = [(w, f"(IN {w})", b) for w, _, b in _PREP_NP]
+    preps_vp = [(w, f"(IN {w})", b) for w, _, b in _PREP_VP]
+    intens = [(w, f"(RB {w})") for w, _ in _INTENS]
+    conj_np = [(w, t) for (w, _), t in zip(_CONJ, rules.conj)]
 
-    dets = [[(w, f"(DT {w})", paradigm(t)) for w, t in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
-    rel = paradigm(_REL)  # [gender][plural][case]
-    prons = [(w, f"(NP (PRP {w}))", t, g, pl) for w, t, g, pl in _PRONOUNS]
-    preps_np = [(w, f"(IN {w})", t, b) for w, t, b in _PREP_NP]
-    preps_vp = [(w, f"(IN {w})", t, b) for w, t, b in _PREP_VP]
-    intens = [(w, f"(RB {w})", t) for w, t in _INTENS]
-
-    def pp(rnd, depth, table):
-        w, leaf, t, bit = table[int(rnd() * len(table))]
+    def pp(rnd, depth, table, vp):
+        k = int(rnd() * len(table))
+        w, leaf, bit = table[k]
         s, tr, tg, _, _, _, _ = np_(rnd, depth + 1, bit, DAT, False, False)
-        return [w] + s, f"(PP {leaf} {tr})", tg + [t]  # postposition in the target
+        return [w] + s, f"(PP {leaf} {tr})", t_pp(vp, k, tg)
 
     def base_np(rnd, gbit, case):
         pl = 1 if rnd() < p_pl else 0
         i = bisect_right(ncum, rnd() * ntot)
-        src, leaves, tgt_adj = [], [], []
-        det = None
+        src, leaves, adjs = [], [], []
+        dk = -1
         if not pl or rnd() < 0.8:  # plurals may be bare
-            det = dets[pl][bisect_right(detcum, rnd() * dettot)]
-            src.append(det[0])
-            leaves.append(det[1])
+            dk = bisect_right(detcum, rnd() * dettot)
+            src.append(dets[pl][dk][0])
+            leaves.append(dets[pl][dk][1])
         sense_bit = gbit
         if rnd() < p_adj:
             for k in range(2 if rnd() < 0.25 else 1):
                 j = bisect_right(acum, rnd() * atot)
                 if k == 0:
                     sense_bit = a_bit[j]  # the first adjective is the sense cue for the noun
-                tj = a_tgt[j]
                 if rnd() < 0.1:
-                    iw, ileaf, it = intens[int(rnd() * 3)]
+                    ik = int(rnd() * 3)
+                    iw, ileaf = intens[ik]
                     src += (iw, a_src[j])
                     leaves.append(f"(ADJP {ileaf} {a_leaf[j]})")
-                    tgt_adj.append((tj, it))
+                    adjs.append((j, ik))
                 else:
                     src.append(a_src[j])
                     leaves.append(a_leaf[j])
-                    tgt_adj.append((tj, None))
+                    adjs.append((j, -1))
         sense = sense_bit if n_amb[i] else 0
         g = n_gender[i][sense]
         src.append(n_src[pl][i])
         leaves.append(n_leaf[pl][i])
-        tgt = [det[2][g][pl][case]] if det else []
-        tgt.append(n_tgt[i][sense][pl])
-        for tj, it in reversed(tgt_adj):  # adjectives follow the noun, mirrored, intensifier after
-            tgt.append(tj[g][pl])
-            if it:
-                tgt.append(it)
-        return src, "(NP " + " ".join(leaves) + ")", tgt, g, pl, n_anim[i]
+        return src, "(NP " + " ".join(leaves) + ")", t_np(dk, pl, i, sense, g, case, adjs), g, pl, n_anim[i]
 
     def np_(rnd, depth, gbit, case, subj, allow_rel):
         """-> src, tree, tgt, gender, plural, animate, open (ends in a relative clause)."""
@@ -320,7 +584,7 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
         if deeper and rnd() < p_coord:  # agreement: plural, gender of the first conjunct
             a = base_np(rnd, gbit, case)
             b = base_np(rnd, gbit, case)
-            cw, ct = _CONJ[int(rnd() * 2)]
+            cw, ct = conj_np[int(rnd() * 2)]
             return (a[0] + [cw] + b[0], f"(NP {a[1]} (CC {cw}) {b[1]})", a[2] + [ct] + b[2],
                     a[3], 1, a[5], False)
         src, tree, tgt, g, pl, anim = base_np(rnd, gbit, case)
@@ -328,13 +592,13 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
             return src, tree, tgt, g, pl, anim, False
         parts = None
         if rnd() < p_pp:  # NPs inside PPs get no relative clause: keeps attachment unambiguous
-            s, tr, tg = pp(rnd, depth, preps_np)
+            s, tr, tg = pp(rnd, depth, preps_np, 0)
             src, tgt, parts = src + s, tgt + tg, [tree, tr]
         is_open = False
         if allow_rel and rnd() < p_rel:
             kind = ROBJ if rnd() < 0.4 else RSUBJ
             s, tr, tg = clause(rnd, depth + 1, kind, g, pl, anim)
-            src, tgt = src + ["that"] + s, tgt + [","] + tg + [","]
+            src, tgt = src + ["that"] + s, (tgt + [","] + tg + [","] if rel_comma else tgt + tg)
             parts = (parts or [tree]) + [f"(SBAR (WHNP (WDT that)) (S {tr}))"]
             is_open = True
         if parts:
@@ -353,12 +617,10 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
         vk, vb = v_kind[v], v_bit[v]
         past = 1 if rnd() < p_past else 0
         if kind == RSUBJ:  # the gap is the subject: the verb agrees with the antecedent
-            s_src, s_tree, s_tgt, sg, spl = (), None, [rel[ag][apl][NOM]], ag, apl
+            s_src, s_tree, s_tgt, sg, spl = (), None, None, ag, apl
         else:
             s_src, s_tree, s_tgt, sg, spl, _, _ = np_(rnd, depth, vb, NOM, True, True)
-            if kind == ROBJ:
-                s_tgt = [rel[ag][apl][ACC]] + s_tgt
-        o_src, o_tree, o_tgt, comp, is_open, sense = (), None, (), None, False, 0
+        o_src, o_tree, o_tgt, comp, is_open, sense = (), None, [], None, False, 0
         if vk == T:
             if kind == ROBJ:
                 oanim = aanim
@@ -370,41 +632,25 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
             c_src, c_tree, comp = clause(rnd, depth + 1, COMP)
             o_src, o_tree, is_open = ["that"] + c_src, f"(SBAR (IN that) (S {c_tree}))", True
         vp_src, vp_tree = [], []
-        adv = None
+        r = -1
         if rnd() < p_adv:
             r = bisect_right(rcum, rnd() * rtot)
             vp_src.append(r_src[r])
             vp_tree.append(r_leaf[r])
-            adv = [r_tgt[r]]
         tag = 2 if past else (0 if spl else 1)
         vp_src.append(v_forms[v][tag])
         vp_tree.append(("(VBP ", "(VBZ ", "(VBD ")[tag] + v_forms[v][tag] + ")")
         vp_src += o_src
         if o_tree:
             vp_tree.append(o_tree)
-        pp_tgt = ()
+        pp_tgt = []
         # A VP-level PP after an object that ends in a clause would be ambiguous in attachment: skip it.
         if deeper and not is_open and rnd() < p_vpp:
-            s, tr, pp_tgt = pp(rnd, depth, preps_vp)
+            s, tr, pp_tgt = pp(rnd, depth, preps_vp, 1)
             vp_src += s
             vp_tree.append(tr)
-        vt = v_tgt[v][sense][past][sg][spl]
         vp = "(VP " + " ".join(vp_tree) + ")"
-        if kind == MAIN:  # verb second; VP-level PP before the object; a that-clause last
-            tgt = s_tgt + [vt]
-            if adv:
-                tgt += adv
-            tgt += pp_tgt
-            tgt += o_tgt
-        else:  # verb final, a that-clause extraposed after the verb
-            tgt = [",", _COMP] + s_tgt if kind == COMP else list(s_tgt)
-            if adv:
-                tgt += adv
-            tgt += pp_tgt
-            tgt += o_tgt
-            tgt.append(vt)
-        if comp:
-            tgt += comp
+        tgt = t_clause(kind, s_tgt, sg, spl, ag, apl, v, sense, past, r, pp_tgt, o_tgt, comp)
         src = list(s_src) + vp_src
         return src, (f"{s_tree} {vp}" if s_tree else vp), tgt
 
@@ -413,7 +659,7 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
             if rnd() < p_coord:
                 s1, t1, g1 = clause(rnd, 1, MAIN)
                 s2, t2, g2 = clause(rnd, 1, MAIN)
-                cw, ct = _CONJ[int(rnd() * 3)]
+                cw, ct = conj_np[int(rnd() * 3)]
                 comma = cw == "but" or rnd() < 0.5
                 mid_s, mid_t, mid_g = ([",", cw], "(, ,) ", [",", ct]) if comma else ([cw], "", [ct])
                 src = s1 + mid_s + s2
@@ -426,10 +672,7 @@ def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[li
                 break
         src.append(".")
         tgt.append(".")
-        # Relative clauses are closed by a comma; drop the ones that run into another comma or the end.
-        if "," in tgt:
-            tgt = [w for w, nxt in zip(tgt, tgt[1:] + [""]) if not (w == "," and nxt in (",", "."))]
-        return src, tree, tgt
+        return src, tree, t_finish(tgt)
 
     return sentence
 
@@ -454,6 +697,9 @@ def _check_cfg(cfg: SynthConfig) -> None:
     _check_int("SynthConfig.max_depth", cfg.max_depth, 1, 8)
     _check_int("SynthConfig.max_len", cfg.max_len, 10)
     _check_int("SynthConfig.lexicon_seed", cfg.lexicon_seed, 0)
+    if cfg.target not in TARGETS:
+        raise UserError(f"SynthConfig.target must be one of {', '.join(TARGETS)} (the target language), "
+                        f"not {cfg.target!r}.")
     if not (isinstance(cfg.zipf_s, (int, float)) and 0.0 <= cfg.zipf_s <= 3.0):
         raise UserError(f"SynthConfig.zipf_s must be between 0 and 3, not {cfg.zipf_s!r}.")
 
@@ -479,8 +725,11 @@ def generate(n: int, seed: int, cfg: SynthConfig = SynthConfig(), *, start: int 
 
 def _request(n_train: int, n_dev: int, n_test: int, seed: int, cfg: SynthConfig) -> dict:
     """The part of the manifest that decides the contents: equal requests give identical files."""
+    settings = asdict(cfg)
+    if settings["target"] == "de":   # German-like corpora made before the French-like target keep their manifests
+        del settings["target"]
     return {"generator": "harness.data.synth", "generator_version": GENERATOR_VERSION, "seed": seed,
-            "sizes": {"train": n_train, "dev": n_dev, "test": n_test}, "cfg": asdict(cfg)}
+            "sizes": {"train": n_train, "dev": n_dev, "test": n_test}, "cfg": settings}
 
 
 def _read_manifest(out: Path) -> dict | None:
@@ -574,14 +823,16 @@ def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
 def synth_corpus_dir(cfg) -> Path:
     """The made-up corpus a DataConfig names (sizes, seed, lexicon scale, depth, length), written once into
     its cache directory (write_corpus); returns the directory."""
-    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words)
+    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target)
     if cfg.lexicon_scale != 1.0:
-        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words,
+        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target,
                           **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
                              for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
     scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
     if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
         scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
+    if cfg.target != "de":
+        scale += f"-{cfg.target}"
     root = Path(cfg.cache_dir).resolve() / \
         f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
     write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)
