@@ -120,6 +120,12 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
         lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models, not WMT14 EN-DE: "
                   "absolute PPL and BLEU are not comparable with the paper; only the direction and relative size of "
                   "each row's effect are (the Δ columns, each against the base row).", ""]
+    averaged = sorted({int(v) for v in column(results["runs"], "params.train.average_last").dropna() if v > 0})
+    if averaged:   # the paper's Table 3 averages nothing (its caption); say where this invocation did
+        lines += [f"Each row here is scored on the mean of its last {' or '.join(map(str, averaged))} checkpoints "
+                  "(`train.average_last`, a DEVIATION of the small profile: studies/table3.yaml says why), where "
+                  "the paper's Table 3 averages none; the convergence notes read the last weights' own dev PPL "
+                  "(`dev_ppl_last`), so averaging does not pass for training.", ""]
     lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
               "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) "
               "over the seeds both finished, ± its own 95 % half-width. Architecture columns are the values "
