@@ -209,15 +209,17 @@ class _Lexicon:
         return src, tgt
 
 
-@lru_cache(maxsize=8)
-def _lexicon(n_nouns, n_verbs, n_adjectives, n_adverbs, n_ambiguous, lexicon_seed) -> _Lexicon:
-    return _Lexicon(SynthConfig(n_nouns=n_nouns, n_verbs=n_verbs, n_adjectives=n_adjectives,
-                                n_adverbs=n_adverbs, n_ambiguous=n_ambiguous, lexicon_seed=lexicon_seed))
+# The settings a lexicon depends on: grammar knobs and the target leave the base lexicon alone.
+_LEXICON_FIELDS = ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous", "lexicon_seed")
+
+
+@lru_cache(maxsize=16)
+def _cached_lexicon(kind: type, *values):
+    return kind(SynthConfig(**dict(zip(_LEXICON_FIELDS, values))))
 
 
 def lexicon(cfg: SynthConfig) -> _Lexicon:
-    return _lexicon(cfg.n_nouns, cfg.n_verbs, cfg.n_adjectives, cfg.n_adverbs, cfg.n_ambiguous,
-                    cfg.lexicon_seed)
+    return _cached_lexicon(_Lexicon, *(getattr(cfg, f) for f in _LEXICON_FIELDS))
 
 
 # ------------------------------------------------------------------------------ the French-like target
@@ -330,15 +332,8 @@ class _FrenchLexicon:
         return tgt
 
 
-@lru_cache(maxsize=8)
-def _french_lexicon(n_nouns, n_verbs, n_adjectives, n_adverbs, n_ambiguous, lexicon_seed) -> _FrenchLexicon:
-    return _FrenchLexicon(SynthConfig(n_nouns=n_nouns, n_verbs=n_verbs, n_adjectives=n_adjectives,
-                                      n_adverbs=n_adverbs, n_ambiguous=n_ambiguous, lexicon_seed=lexicon_seed))
-
-
 def french_lexicon(cfg: SynthConfig) -> _FrenchLexicon:
-    return _french_lexicon(cfg.n_nouns, cfg.n_verbs, cfg.n_adjectives, cfg.n_adverbs, cfg.n_ambiguous,
-                           cfg.lexicon_seed)
+    return _cached_lexicon(_FrenchLexicon, *(getattr(cfg, f) for f in _LEXICON_FIELDS))
 
 
 def _fr_vowel(word: str) -> bool:
