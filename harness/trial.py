@@ -24,7 +24,7 @@ from harness.train.dist import SINGLE, Ranks
 
 
 # Settings added after studies had run: (part, name, default).
-_ADDED_LATER = (("data", "target", "de"),)
+_ADDED_LATER = (("data", "target", "de"), ("train", "bleu_moses", "2025"))
 
 
 @dataclass(frozen=True)

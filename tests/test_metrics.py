@@ -202,3 +202,23 @@ def test_evaluate_scores_tokenized_bleu_with_the_target_languages_rules(monkeypa
     assert fr["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs, lang="fr").score)
     assert de["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs, lang="de").score)
     assert fr["dev_bleu_tok"] != pytest.approx(de["dev_bleu_tok"])
+
+
+def test_evaluate_scores_tokenized_bleu_with_the_chosen_moses_version(monkeypatch):
+    """train.bleu_moses reaches the tokenized BLEU: a line ending in a German abbreviation ("usw.") keeps
+    its period under the 2017 rules and loses it under today's, so the two scores differ."""
+    from types import SimpleNamespace
+
+    from harness.data.batching import ParallelData
+    from harness.eval import evaluate as ev
+    hyps, refs = ["Er kauft Brot , Milch usw."], ["Er kauft Brot , Käse usw ."]
+    monkeypatch.setattr(ev, "perplexity", lambda *a, **k: 2.0)
+    monkeypatch.setattr(ev, "translate", lambda *a, **k: list(hyps))
+    split = SimpleNamespace(data=ParallelData([[5, 6]], [[8]]), src_text=["a"], tgt_text=refs, trees=None)
+    kwargs = dict(prefix="dev", beam_size=4, alpha=0.6, max_extra=50, max_tokens=100, bleu_sentences=None,
+                  autocast=None)
+    old, _ = ev.evaluate(None, None, split, "cpu", moses="2017", **kwargs)
+    new, _ = ev.evaluate(None, None, split, "cpu", **kwargs)
+    assert old["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs, moses="2017").score)
+    assert new["dev_bleu_tok"] == pytest.approx(tokenized_bleu(hyps, refs).score)
+    assert new["dev_bleu_tok"] > old["dev_bleu_tok"] > 0   # today's rules split "usw ." on both sides

@@ -1,5 +1,6 @@
 """Our Moses port against the real scripts' outputs in tests/fixtures/moses (see its README for the Moses
-commit and the commands): every line of every stage equal, multi-bleu's printed line equal."""
+commits and the commands): every line of every stage equal, multi-bleu's printed line equal, for today's
+scripts (2025, the default) and for those of the paper's time (2017, in tests/fixtures/moses/2017)."""
 
 from pathlib import Path
 
@@ -11,6 +12,13 @@ from harness.eval.bleu import (moses_tokenize, multi_bleu, paper_tokenize, repla
 
 FIXTURES = Path(__file__).parent / "fixtures" / "moses"
 LANGS = ("de", "fr", "en")
+VERSIONS = ("2025", "2017")
+CASES = [(lang, version) for version in VERSIONS for lang in LANGS]
+
+
+def outputs(version: str) -> Path:
+    """Where the scripts' outputs of a Moses version are; the inputs (LANG.txt, bleu/LANG.hyp) are shared."""
+    return FIXTURES / "2017" if version == "2017" else FIXTURES
 
 
 def read_lines(path: Path) -> list[str]:
@@ -20,8 +28,9 @@ def read_lines(path: Path) -> list[str]:
     return text[:-1].split("\n")
 
 
-def stages(lang: str) -> dict[str, list[str]]:
-    files = {ext: read_lines(FIXTURES / f"{lang}.{ext}") for ext in ("txt", "punct", "tok", "atat")}
+def stages(lang: str, version: str = "2025") -> dict[str, list[str]]:
+    files = {"txt": read_lines(FIXTURES / f"{lang}.txt")}
+    files.update({ext: read_lines(outputs(version) / f"{lang}.{ext}") for ext in ("punct", "tok", "atat")})
     assert len({len(v) for v in files.values()}) == 1, f"{lang}: fixture files differ in length"
     return files
 
@@ -36,29 +45,46 @@ def mismatches(fn, inputs: list[str], expected: list[str]) -> list[tuple[int, st
     return out
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_replace_unicode_punctuation_matches_moses(lang):
-    s = stages(lang)
-    assert mismatches(replace_unicode_punctuation, s["txt"], s["punct"]) == []
+@pytest.mark.parametrize("lang, version", CASES)
+def test_replace_unicode_punctuation_matches_moses(lang, version):
+    s = stages(lang, version)
+    assert mismatches(lambda line: replace_unicode_punctuation(line, version), s["txt"], s["punct"]) == []
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_tokenizer_matches_moses(lang):
-    s = stages(lang)
+@pytest.mark.parametrize("lang, version", CASES)
+def test_tokenizer_matches_moses(lang, version):
+    s = stages(lang, version)
     assert len(s["tok"]) > 150
-    assert mismatches(lambda line: moses_tokenize(line, lang), s["punct"], s["tok"]) == []
+    assert mismatches(lambda line: moses_tokenize(line, lang, moses=version), s["punct"], s["tok"]) == []
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_compound_split_matches_perl(lang):
-    s = stages(lang)
+@pytest.mark.parametrize("lang, version", CASES)
+def test_compound_split_matches_perl(lang, version):
+    s = stages(lang, version)
     assert mismatches(split_compounds, s["tok"], s["atat"]) == []
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_paper_pipeline_matches_moses(lang):
-    s = stages(lang)
-    assert mismatches(lambda line: paper_tokenize(line, lang), s["txt"], s["atat"]) == []
+@pytest.mark.parametrize("lang, version", CASES)
+def test_paper_pipeline_matches_moses(lang, version):
+    s = stages(lang, version)
+    assert mismatches(lambda line: paper_tokenize(line, lang, version), s["txt"], s["atat"]) == []
+
+
+@pytest.mark.parametrize("lang, differ", [("de", 29), ("fr", 11), ("en", 18)])
+def test_the_two_versions_part_where_the_readme_says(lang, differ):
+    """The fixtures hold lines on which the 2017 and 2025 scripts disagree (so each version's parity test
+    above can fail for the other version's rules), as many as tests/fixtures/moses/README.md counts."""
+    new, old = stages(lang, "2025")["atat"], stages(lang, "2017")["atat"]
+    assert sum(a != b for a, b in zip(new, old)) == differ
+
+
+def test_the_2017_rules_the_paper_ran():
+    assert moses_tokenize("Das ist usw.", "de", moses="2017") == "Das ist usw."      # before 9fc964da (2018)
+    assert moses_tokenize("So am I.", "en", moses="2017") == "So am I."
+    assert moses_tokenize("Es kostet Rs. 5 hier.", "en", moses="2017") == "Es kostet Rs . 5 hier ."  # 2019
+    assert moses_tokenize("Es kostet Rs. 5 hier.", "en") == "Es kostet Rs. 5 hier ."
+    assert replace_unicode_punctuation("Test１", "2017") == 'Test"'                    # before 5d3331b9 (2019)
+    assert paper_tokenize("Das ist usw.", "de", 2017) == "Das ist usw."               # YAML's 2017 is a number
 
 
 def test_fixtures_cover_the_reported_differences():
@@ -82,42 +108,44 @@ def test_fixtures_cover_the_reported_differences():
 
 # ------------------------------------------------------------------------------------------- multi-bleu
 
-def multi_bleu_line(name: str) -> str:
-    (line,) = read_lines(FIXTURES / "bleu" / name)
+def multi_bleu_line(name: str, version: str = "2025") -> str:
+    (line,) = read_lines(outputs(version) / "bleu" / name)
     return line
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_tokenized_bleu_matches_multi_bleu_perl(lang):
+@pytest.mark.parametrize("lang, version", CASES)
+def test_tokenized_bleu_matches_multi_bleu_perl(lang, version):
     hyps, refs = read_lines(FIXTURES / "bleu" / f"{lang}.hyp"), read_lines(FIXTURES / "bleu" / f"{lang}.ref")
-    for result, name in ((tokenized_bleu(hyps, refs, lang=lang), f"{lang}.multi-bleu.txt"),
-                         (tokenized_bleu(refs, hyps, lang=lang), f"{lang}.reversed.multi-bleu.txt")):
-        line = multi_bleu_line(name)
+    for result, name in ((tokenized_bleu(hyps, refs, lang=lang, moses=version), f"{lang}.multi-bleu.txt"),
+                         (tokenized_bleu(refs, hyps, lang=lang, moses=version), f"{lang}.reversed.multi-bleu.txt")):
+        line = multi_bleu_line(name, version)
         assert str(result) == line                                      # every printed part, same rounding
         perl_score = float(line.split(",")[0].removeprefix("BLEU = "))
         assert result.score == pytest.approx(perl_score, abs=0.01)
         assert 0 < result.score < 100 and float(result) == result.score
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_tokenized_sides_match_moses(lang):
+@pytest.mark.parametrize("lang, version", CASES)
+def test_tokenized_sides_match_moses(lang, version):
     for side in ("hyp", "ref"):
         raw = read_lines(FIXTURES / "bleu" / f"{lang}.{side}")
-        assert mismatches(lambda line: paper_tokenize(line, lang), raw,
-                          read_lines(FIXTURES / "bleu" / f"{lang}.{side}.atat")) == []
+        assert mismatches(lambda line: paper_tokenize(line, lang, version), raw,
+                          read_lines(outputs(version) / "bleu" / f"{lang}.{side}.atat")) == []
 
 
-def test_multi_bleu_on_perl_tokenized_files():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_multi_bleu_on_perl_tokenized_files(version):
     for lang in LANGS:
-        hyps = read_lines(FIXTURES / "bleu" / f"{lang}.hyp.atat")
-        refs = read_lines(FIXTURES / "bleu" / f"{lang}.ref.atat")
-        assert str(multi_bleu(hyps, refs)) == multi_bleu_line(f"{lang}.multi-bleu.txt")
+        hyps = read_lines(outputs(version) / "bleu" / f"{lang}.hyp.atat")
+        refs = read_lines(outputs(version) / "bleu" / f"{lang}.ref.atat")
+        assert str(multi_bleu(hyps, refs)) == multi_bleu_line(f"{lang}.multi-bleu.txt", version)
 
 
-def test_zero_bleu_still_prints_its_parts():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_zero_bleu_still_prints_its_parts(version):
     hyps, refs = read_lines(FIXTURES / "bleu" / "zero.hyp"), read_lines(FIXTURES / "bleu" / "zero.ref")
-    result = tokenized_bleu(hyps, refs)
-    assert str(result) == multi_bleu_line("zero.multi-bleu.txt")
+    result = tokenized_bleu(hyps, refs, moses=version)
+    assert str(result) == multi_bleu_line("zero.multi-bleu.txt", version)
     assert result.score == 0.0 and result.precisions[0] > 0
 
 
@@ -128,6 +156,11 @@ def test_target_language_changes_the_score():
     as_german, as_french = tokenized_bleu(hyps, refs, lang="de"), tokenized_bleu(hyps, refs, lang="fr")
     assert as_german.score != pytest.approx(as_french.score)
     assert str(as_french) == multi_bleu_line("fr.multi-bleu.txt")
+
+
+def test_unknown_moses_version_is_rejected():
+    with pytest.raises(UserError, match=r"moses: '2018' is not a version .* choose one of 2025, 2017"):
+        tokenized_bleu(["a"], ["a"], moses="2018")
 
 
 def test_unknown_language_is_rejected():

@@ -49,6 +49,13 @@ def test_training_runs_and_reports_its_metrics(tmp_path, data_cfg, dataset):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 6
+    assert (metrics["bleu_tok_lang"], metrics["bleu_tok_moses"]) == ("de", "2025")   # the Moses rules scored with
+
+
+def test_bleu_moses_names_a_version_of_the_rules():
+    TrainConfig(bleu_moses=2017).validate()          # YAML and --set give the year as a number
+    with pytest.raises(UserError, match=r"train setting bleu_moses must be one of 2025, 2017 .*got '2107'"):
+        TrainConfig(bleu_moses="2107").validate()
 
 
 def test_resumed_training_equals_uninterrupted(tmp_path, data_cfg, dataset):

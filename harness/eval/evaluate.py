@@ -53,11 +53,12 @@ def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, devi
 
 def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
              beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
-             autocast, constrained: bool = False, lang: str = "de") -> tuple[dict, list[str]]:
+             autocast, constrained: bool = False, lang: str = "de", moses: str = "2025") -> tuple[dict, list[str]]:
     """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper).
     Parsing: `{prefix}_f1` and EVALB's other scores, from the paper's unconstrained beam search plus repair;
     with `constrained`, the same sentences decoded again under the tree constraint, `{prefix}_*_constrained`.
-    `lang` is the target language whose Moses rules tokenize both sides for `{prefix}_bleu_tok` (de, fr)."""
+    `lang` is the target language whose Moses rules (of version `moses`: 2025, or the paper's 2017) tokenize
+    both sides for `{prefix}_bleu_tok` (de, fr)."""
     metrics = {f"{prefix}_ppl": perplexity(model, split.data, max_tokens, device, autocast)}
     n = len(split.data) if bleu_sentences is None else min(bleu_sentences, len(split.data))
     if n:
@@ -80,7 +81,7 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
                     metrics.update({f"{prefix}_{k}_constrained": v for k, v in scores.items()})
             return metrics, trees
         score, signature = sacre_bleu(hyps, refs)
-        tok = tokenized_bleu(hyps, refs, lang=lang)
+        tok = tokenized_bleu(hyps, refs, lang=lang, moses=moses)
         # tok's parts as multi-bleu.perl prints them (a string: an MLflow tag beside sacreBLEU's signature),
         # so that a reader sees where the two BLEU figures part (precisions, brevity penalty, lengths)
         metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tok.score,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.errors import UserError
+from harness.errors import UserError, suggest
+from harness.eval.bleu import MOSES_VERSIONS
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class TrainConfig:
     # DEVIATION (off by default): constrained decodes parses a second time under a tree constraint
     # (harness/eval/parse.py TreeConstraint), reported beside the paper's unconstrained search + repair.
     constrained: bool = False          # parsing: also decode under the tree constraint (its own column)
+    # DEVIATION: the tokenized BLEU uses today's Moses rules by default, "2017" the paper's (harness/eval/bleu.py)
+    bleu_moses: str = "2025"           # Moses version of the tokenized BLEU: 2025 (today's scripts) or 2017
     log_every: int = 50
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
@@ -60,6 +63,10 @@ class TrainConfig:
             raise UserError(f"compile_mode {self.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
         if self.prefetch < 0:
             raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
+        if str(self.bleu_moses) not in MOSES_VERSIONS:
+            raise UserError(f"train setting bleu_moses must be one of {', '.join(MOSES_VERSIONS)} (the Moses rules "
+                            f"of the tokenized BLEU), got {self.bleu_moses!r}"
+                            f"{suggest(str(self.bleu_moses), MOSES_VERSIONS)}.")
         if self.pack and self.shape_buckets:
             raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
                             "set one of them.")

@@ -20,7 +20,8 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained,
-                       lang=data.tgt_lang)   # EN-FR: the tokenized BLEU with Moses' French rules
+                       lang=data.tgt_lang,   # EN-FR: the tokenized BLEU with Moses' French rules
+                       moses=str(cfg.bleu_moses))
     averaged, last_metrics = 0, {}
     if cfg.average_last > 1:
         # The last weights' own dev PPL ends the learning curve (whether training had converged is a question
@@ -55,6 +56,7 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
         "compiled_graphs": _compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
         "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,
         "device": str(device), "vocab_size": data.tokenizer.vocab_size, "bleu_tok_lang": data.tgt_lang,
+        "bleu_tok_moses": str(cfg.bleu_moses),
         "dev_truncated": data.dev.data.truncated, "mean_src_len": float(train_data.src_lens.mean()),
         "mean_tgt_len": float(train_data.tgt_lens.mean())})
     if is_main:
