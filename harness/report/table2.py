@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from harness.paper import load_tables
 from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
@@ -176,6 +177,7 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path) -> Pat
                               xytext=(4, 4), fontsize=8)
     if ours.get_legend_handles_labels()[0]:
         ours.set_xscale("log")
+        ours.xaxis.set_minor_formatter(NullFormatter())   # a decade or less: minor labels would overlap
         ours.legend(fontsize=7)
     else:
         no_data(ours, "finished rows")
