@@ -92,7 +92,10 @@ def test_the_parent_run_page_shows_the_report(served_study):
     title = report.splitlines()[0].lstrip("# ").split(":")[0]
     assert "Description" in dom and title in dom                      # the description is the report
     assert "Provenance" in dom and "Claims" in dom
-    assert "wall_seconds" in dom                                      # and the parent's own metrics
+    for row in ("base", "A1"):                                         # the study's rows, in the report's table
+        assert f"<strong>{row}</strong>" in dom, row
+    assert "wall_seconds" in dom                                      # and the parent's own metrics, by value
+    assert str(parent.data.metrics["wall_seconds"]) in dom
 
 
 def test_the_printed_link_opens_the_runs_table_with_the_key_metrics_as_columns(served_study):
