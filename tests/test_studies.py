@@ -273,6 +273,18 @@ def test_table2_small_profiles_fill_both_columns_on_the_made_up_corpus(profile):
             {k: v for k, v in trials[fr].data.items() if k != "target"}
 
 
+def test_rows_outside_a_profiles_only_rows_are_refused_in_one_sentence(tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\n"
+                                        "rows: {base: {}, big: {d_model: 1024}, big_enfr: {d_model: 1024}}\n"
+                                        "profiles:\n  tiny:\n    only_rows: [base, big]\n")
+    study = load_study(tmp_path / "mine.yaml", "tiny")
+    assert study.rows == ["base", "big"] and {t.row for t in study.trials} == {"base", "big"}
+    assert main(["run", str(tmp_path / "mine.yaml"), "--rows", "base,big_enfr", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "profile tiny does not run row 'big_enfr'" in err and "only_rows: base, big" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize("only, needle", [("[base, bgi]", "'bgi' names no row of the study (did you mean big?)"),
                                           ("[]", "must be a non-empty list"),
                                           ("base", "must be a non-empty list")])

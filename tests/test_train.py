@@ -54,7 +54,7 @@ def test_training_runs_and_reports_its_metrics(tmp_path, data_cfg, dataset):
 
 def test_bleu_moses_names_a_version_of_the_rules():
     TrainConfig(bleu_moses=2017).validate()          # YAML and --set give the year as a number
-    with pytest.raises(UserError, match=r"train setting bleu_moses must be one of 2025, 2017 .*got '2107'"):
+    with pytest.raises(UserError, match=r"train setting bleu_moses: '2107' is not a version .* choose one of 2025, 2017"):
         TrainConfig(bleu_moses="2107").validate()
 
 

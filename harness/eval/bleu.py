@@ -82,17 +82,18 @@ _UNICODE_PUNCT_RE = {
 }
 
 
-def _check_moses(moses) -> str:
-    """The version as a string (YAML and --set give 2017 as a number)."""
+def moses_version(moses, what: str = "moses") -> str:
+    """The version as a string (YAML and --set give 2017 as a number); anything else is refused, naming
+    `what` (e.g. the train setting it came from)."""
     version = str(moses)
     if version not in MOSES_VERSIONS:
-        raise UserError(f"moses: {moses!r} is not a version of the Moses rules this port has; choose one of "
+        raise UserError(f"{what}: {moses!r} is not a version of the Moses rules this port has; choose one of "
                         f"{', '.join(MOSES_VERSIONS)}{suggest(version, MOSES_VERSIONS)}.")
     return version
 
 
 def replace_unicode_punctuation(line: str, moses: str = "2025") -> str:
-    for pat, rep in _UNICODE_PUNCT_RE[_check_moses(moses)]:
+    for pat, rep in _UNICODE_PUNCT_RE[moses_version(moses)]:
         line = pat.sub(rep, line)
     return line
 
@@ -197,7 +198,7 @@ def moses_tokenize(line: str, lang: str = "de", escape: bool = True, moses: str 
     A line of only whitespace (Unicode's included) comes back unchanged, as tokenizer.perl prints it.
     """
     _check_lang(lang)
-    version = _check_moses(moses)
+    version = moses_version(moses)
     if _BLANK.fullmatch(line):
         return line  # tokenizer.perl's main loop prints such lines without tokenizing them
     # Whitespace first, then control characters, then the doubled spaces that removing them leaves.
@@ -351,7 +352,7 @@ def tokenized_bleu(hyps: list[str], refs: list[str], refs_tokenized: bool = Fals
     """
     _check(hyps, refs)
     _check_lang(lang)
-    moses = _check_moses(moses)
+    moses = moses_version(moses)
     hyps_tok = [paper_tokenize(h, lang, moses) for h in hyps]
     refs_tok = [split_compounds(r) if refs_tokenized else paper_tokenize(r, lang, moses) for r in refs]
     return multi_bleu(hyps_tok, refs_tok)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.errors import UserError, suggest
-from harness.eval.bleu import MOSES_VERSIONS
+from harness.errors import UserError
+from harness.eval.bleu import moses_version
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,7 @@ class TrainConfig:
             raise UserError(f"compile_mode {self.compile_mode!r} is not known; use one of {', '.join(COMPILE_MODES)}.")
         if self.prefetch < 0:
             raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
-        if str(self.bleu_moses) not in MOSES_VERSIONS:
-            raise UserError(f"train setting bleu_moses must be one of {', '.join(MOSES_VERSIONS)} (the Moses rules "
-                            f"of the tokenized BLEU), got {self.bleu_moses!r}"
-                            f"{suggest(str(self.bleu_moses), MOSES_VERSIONS)}.")
+        moses_version(self.bleu_moses, "train setting bleu_moses")
         if self.pack and self.shape_buckets:
             raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
                             "set one of them.")
