@@ -1,4 +1,4 @@
-"""python -m harness data | train | run | report | probe | bench: the command line. Bad input ends in one sentence and exit 2."""
+"""python -m harness data | train | run | report | evaluate | probe | bench: the command line. Bad input ends in one sentence and exit 2."""
 
 from __future__ import annotations
 
@@ -26,11 +26,27 @@ def _cmd_data_synth(args) -> int:
 def _cmd_data_prepare(args) -> int:
     from harness.data.wmt import PAIRS, prepare_wmt14
     from harness.errors import suggest
-    if args.corpus not in PAIRS:
-        raise UserError(f"unknown corpus {args.corpus!r}{suggest(args.corpus, PAIRS)}; `data prepare` knows: "
-                        f"{', '.join(PAIRS)}.")
-    manifest = prepare_wmt14(PAIRS[args.corpus], args.from_dir, args.out)
-    print(json.dumps(manifest) if args.json else f"prepared {args.corpus} in {args.out}")
+    known = [*PAIRS, "multi30k", "ptb"]
+    if args.corpus not in known:
+        raise UserError(f"unknown corpus {args.corpus!r}{suggest(args.corpus, known)}; `data prepare` knows: "
+                        f"{', '.join(known)}.")
+    if args.pair is not None and args.corpus != "multi30k":
+        raise UserError(f"--pair chooses Multi30K's language pair; {args.corpus} has none, leave --pair out.")
+    if args.corpus == "multi30k":
+        from harness.data.multi30k import prepare_multi30k
+        manifest = prepare_multi30k(args.from_dir, args.out, args.pair or "en-de")
+        summary = ", ".join(f"{s} {v['lines']:,}" for s, v in manifest["splits"].items())
+    elif args.corpus == "ptb":
+        from harness.data.ptb import prepare_ptb
+        manifest = prepare_ptb(args.from_dir, args.out)
+        summary = ", ".join(f"{s} {v['sentences']:,} sentences" for s, v in manifest["splits"].items())
+    else:
+        manifest = prepare_wmt14(PAIRS[args.corpus], args.from_dir, args.out)
+        summary = ""
+    print(json.dumps(manifest) if args.json else f"prepared {args.corpus} in {args.out}" +
+          (f": {summary}" if summary else ""))
+    for warning in manifest.get("warnings", []) if not args.json else []:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -100,6 +116,35 @@ def _torchrun_ranks(device: str):
     return Ranks.from_process_group(local_rank=local, device=f"cuda:{local}" if cuda else "cpu")
 
 
+def _cmd_evaluate(args) -> int:
+    from harness.train.rescore import rescore
+    metrics = rescore(args.run_dir, args.data, args.split, args.device)
+    where = f"{Path(args.data).resolve().name}/{args.split}"
+    run_id = None
+    if not args.no_log:
+        from harness.tracking import log_evaluation
+        run_id = log_evaluation(args.run_dir, where, metrics)
+    if args.json:
+        print(json.dumps({**metrics, "mlflow_run_id": run_id}))
+        return 0
+    s = args.split
+    rows = [("sentences", f"{metrics[f'{s}_sentences']}"), ("checkpoints averaged", f"{metrics[f'{s}_checkpoints_averaged']}"),
+            ("PPL", f"{metrics[f'{s}_ppl']:.3f}")]
+    names = {"bleu": "BLEU (sacreBLEU)", "bleu_tok": "BLEU (tokenized, the paper's)", "bleu_tok_lc": "BLEU tok lc",
+             "f1": "F1 (EVALB)", "f1_constrained": "F1 under the tree constraint", "well_formed": "outputs that are trees (%)"}
+    rows += [(label, f"{metrics[f'{s}_{key}']:.2f}") for key, label in names.items() if f"{s}_{key}" in metrics]
+    width = max(len(k) for k, _ in rows)
+    print(f"{args.run_dir} on {where}:")
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+    if f"{s}_bleu" in metrics:
+        print(f"  {'signature':<{width}}  {metrics['sacrebleu_signature']}")
+    print(f"logged to MLflow run {run_id} under eval/{where.rsplit('/', 1)[0]}/" if run_id else
+          "not logged: the run directory is not a study trial's (no mlflow_run.json)" if not args.no_log else
+          "not logged (--no-log)")
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from harness.bench.speed import run_bench
     return run_bench(args)
@@ -153,9 +198,10 @@ def _add_data(sub) -> None:
                        help="the target language: German-like (default) or French-like, the same sources")
     synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
     synth.set_defaults(func=_cmd_data_synth)
-    prep = data.add_parser("prepare", help="build the paper's split from downloaded WMT files")
-    prep.add_argument("corpus", help="wmt14-en-de | wmt14-en-fr")
+    prep = data.add_parser("prepare", help="build train/dev/test from downloaded WMT14, Multi30K or Penn Treebank files")
+    prep.add_argument("corpus", help="wmt14-en-de | wmt14-en-fr | multi30k | ptb")
     prep.add_argument("--from", dest="from_dir", required=True, type=Path, help="directory of downloaded files")
+    prep.add_argument("--pair", default=None, help="multi30k only: en-de (default) or en-fr")
     prep.add_argument("--out", required=True, type=Path)
     prep.add_argument("--json", action="store_true")
     prep.set_defaults(func=_cmd_data_prepare)
@@ -241,6 +287,18 @@ def _add_probes(sub) -> None:
     ev.set_defaults(func=_cmd_probe_evalb)
 
 
+def _add_evaluate(sub) -> None:
+    """`evaluate`: a finished run's final weights on any prepared split."""
+    ev = sub.add_parser("evaluate", help="score a finished run's final (averaged) weights on a prepared data split")
+    ev.add_argument("run_dir", type=Path, help="a finished run: a study trial's directory or `train --out`")
+    ev.add_argument("--data", required=True, type=Path, help="a prepared data directory (`data prepare ...`)")
+    ev.add_argument("--split", default="test", help="test (default), dev, or a named test set such as test_2017_flickr")
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--no-log", action="store_true", help="print only; do not log to the trial's MLflow run")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=_cmd_evaluate)
+
+
 def _add_bench(sub) -> None:
     """`bench`: training steps and decoding timed."""
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
@@ -266,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_data, _add_train, _add_run, _add_report, _add_probes, _add_bench):
+    for add in (_add_data, _add_train, _add_run, _add_report, _add_evaluate, _add_probes, _add_bench):
         add(sub)
     return parser
 

@@ -24,6 +24,7 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.errors import UserError
 
 PARENT_KIND, CHILD_KIND = "study", "trial"
+RUN_POINTER = "mlflow_run.json"     # in a trial's run directory: its tracking URI and child run id
 # MLflow 3's UI opens an experiment in its GenAI view (traces, "Evaluations") unless the experiment says it
 # is model training: then it opens the runs table.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -382,3 +383,26 @@ def trial_progress(uri: str, experiment_id: str, parent_id: str) -> dict[str, di
             "tokens_per_s": m.get("tokens_per_s"), "train_seconds": m.get("train_seconds", 0.0),
             "start": run.info.start_time, "end": run.info.end_time}
     return out
+
+
+def log_evaluation(run_dir: Path, where: str, metrics: dict[str, Any]) -> str | None:
+    """Log a later evaluation of a finished trial (`python -m harness evaluate`) to the trial's own child
+    run, under `eval/<data directory>/` so that it never overwrites what the trial logged itself: numbers as
+    metrics (eval/multi30k-en-de/test_2017_flickr_bleu, ...), strings as tags, and the tag
+    `evaluated_splits` listing every <data directory>/<split> scored so. Returns the run id, or None when
+    the directory is not a study trial's (a `harness train` run has no MLflow run)."""
+    pointer = Path(run_dir) / RUN_POINTER
+    if not pointer.is_file():
+        return None
+    ids = json.loads(pointer.read_text(encoding="utf-8"))
+    client = MlflowClient(ids["tracking_uri"])
+    run = client.get_run(ids["run_id"])
+    data_name, split = where.rsplit("/", 1)
+    splits = sorted(set(filter(None, run.data.tags.get("evaluated_splits", "").split(","))) | {where})
+    now, prefix = int(time.time() * 1000), f"eval/{data_name}/"
+    client.log_batch(ids["run_id"],
+                     metrics=[Metric(prefix + k, float(v), now, 0) for k, v in metrics.items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool)],
+                     tags=[RunTag(prefix + k, str(v)[:5000]) for k, v in metrics.items() if isinstance(v, str)]
+                     + [RunTag("evaluated_splits", ",".join(splits))])
+    return ids["run_id"]

@@ -18,7 +18,8 @@ from model import TransformerConfig
 
 from harness import system
 from harness.data.corpus import DataConfig
-from harness.tracking import TrialRun, flatten
+from harness.io import atomic_write
+from harness.tracking import RUN_POINTER, TrialRun, flatten
 from harness.train import TrainConfig, train
 from harness.train.dist import SINGLE, Ranks
 
@@ -95,6 +96,9 @@ def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
             "hardware": system.hardware(), **system.versions()}   # this worker's own: a cluster's nodes may differ
     params_of, body = KINDS[trial.kind]
     run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params_of(trial)))
+    # Where this trial's child run is, so that `python -m harness evaluate RUN_DIR` can log to it later
+    atomic_write(out_dir / RUN_POINTER, json.dumps({"tracking_uri": ctx["uri"], "run_id": run.run_id,
+                                                    "experiment_id": ctx["experiment_id"]}) + "\n")
     try:
         metrics, summary = body(trial, out_dir, run, ranks)
     except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial

@@ -342,11 +342,11 @@ def _break(root: Path, case: str) -> str:
     if case == "missing":
         (root / "un/undoc.2000.fr-en.fr").unlink()
         return "undoc.2000.fr-en.fr (from training-parallel-un.tgz)"
-    if case == "gzipped":   # giga-fren extracted from its .tar but not gunzipped
+    if case == "gzipped":   # giga-fren left gzipped as its .tar holds it is read (test_real_data.py); a damaged one:
         for lang in ("en", "fr"):
             p = root / f"giga-fren.release2.fixed.{lang}"
-            p.rename(p.with_name(p.name + ".gz"))
-        return "present but still gzipped: gunzip them"
+            p.rename(p.with_name(p.name + ".gz"))      # not gzip inside
+        return "giga-fren.release2.fixed.en.gz: not a readable gzip file"
     if case == "counts":
         write(root / "commoncrawl.fr-en.fr", "Une petite maison\n")
         return f"{root / 'commoncrawl.fr-en.en'} has 2 lines but {root / 'commoncrawl.fr-en.fr'} has 1"

@@ -71,7 +71,9 @@ def corpus_dir(cfg: DataConfig) -> Path:
     return root
 
 
-def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
+def split_paths(root: Path, split: str) -> tuple[Path, Path]:
+    """The (source, target) files of one split of a data directory: SPLIT.src/.tgt, SPLIT.en/.de or
+    SPLIT.en/.fr (a named extra test set, e.g. Multi30K's test_2017_flickr, as well as train/dev/test)."""
     for a, b in _SUFFIXES:
         if (root / f"{split}.{a}").is_file() and (root / f"{split}.{b}").is_file():
             return root / f"{split}.{a}", root / f"{split}.{b}"
@@ -82,7 +84,7 @@ def _split_paths(root: Path, split: str) -> tuple[Path, Path]:
 
 def _checked_texts_and_tokenizer(cfg: DataConfig, vocab_size: int):
     root = corpus_dir(cfg)
-    paths = {split: _split_paths(root, split) for split in ("train", "dev", "test")}
+    paths = {split: split_paths(root, split) for split in ("train", "dev", "test")}
     # Read (and so check: UTF-8, equal line counts, not empty) every file before any work is done.
     texts = {split: read_parallel(*paths[split]) for split in paths}
     symbols: tuple[str, ...] = ()
@@ -108,7 +110,7 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
         if cfg.task == "parse":
             trees = (root / f"{split}.tree").read_text(encoding="utf-8").splitlines()
         splits[split] = Split(src, tgt, data, trees)
-    tgt_suffix = _split_paths(root, "train")[1].suffix.lstrip(".")
+    tgt_suffix = split_paths(root, "train")[1].suffix.lstrip(".")
     tgt_lang = tgt_suffix if tgt_suffix in ("de", "fr") else cfg.target
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
             "tgt_lang": tgt_lang,

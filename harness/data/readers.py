@@ -7,9 +7,11 @@ Crawl sentences and would silently break the source/target alignment).
 
 from __future__ import annotations
 
+import gzip
 import html
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -36,18 +38,35 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
         ) from None
 
 
+def open_binary(path: str | os.PathLike):
+    """The file's bytes, decompressed on the fly when its name ends in .gz (Multi30K's raw files, WMT's
+    giga-fren), so that a user never has to gunzip a corpus first."""
+    path = Path(path)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def iter_raw_lines(path: Path) -> Iterator[bytes]:
+    """The raw lines of a plain or gzipped file, split on b"\\n" only; a damaged gzip stream is one UserError."""
+    try:
+        with open_binary(path) as f:  # binary iteration splits on b"\n" only
+            yield from f
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise UserError(f"{path}: not a readable gzip file ({e or type(e).__name__}); expected a .gz file as "
+                        "gzip writes it, or the text itself without the .gz suffix.") from None
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the lines of a UTF-8 file without their "\\n" / "\\r\\n" ending; streams, so corpora of
-    millions of lines are never held twice. Raises UserError for a missing, empty or non-UTF-8 file."""
+    """Yield the lines of a UTF-8 file (plain, or gzipped when its name ends in .gz) without their "\\n" /
+    "\\r\\n" ending; streams, so corpora of millions of lines are never held twice. Raises UserError for a
+    missing, empty, damaged or non-UTF-8 file."""
     path = Path(path)
     _check_file(path)
     n = 0
-    with open(path, "rb") as f:  # binary iteration splits on b"\n" only
-        for n, raw in enumerate(f, start=1):
-            line = _decode(raw, path, n)
-            if n == 1 and line.startswith(_BOM):  # a BOM is valid UTF-8 but not part of the text
-                line = line[1:]
-            yield line.rstrip("\n").removesuffix("\r")
+    for n, raw in enumerate(iter_raw_lines(path), start=1):
+        line = _decode(raw, path, n)
+        if n == 1 and line.startswith(_BOM):  # a BOM is valid UTF-8 but not part of the text
+            line = line[1:]
+        yield line.rstrip("\n").removesuffix("\r")
     if n == 0:
         raise UserError(f"{path}: file is empty; expected at least one line of UTF-8 text.")
 

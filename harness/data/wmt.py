@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.readers import iter_lines, read_parallel, read_sgml
+from harness.data.readers import iter_lines, iter_raw_lines, read_parallel, read_sgml
 from harness.errors import UserError
 from harness.io import atomic_writer
 
@@ -69,8 +69,8 @@ EN_DE = WmtPair("en-de", "de", TRAIN_SOURCES, DEV_SOURCES, TEST_SOURCES, vocab_s
 # are those of the reference implementations: tensor2tensor's data_generators/translate_enfr.py
 # (_ENFR_TRAIN_LARGE_DATA) and fairseq's examples/translation/prepare-wmt14en2fr.sh (CORPORA): Europarl v7,
 # Common Crawl, the UN corpus, News Commentary v9 and the 10^9 French-English corpus, in fairseq's order.
-# Giga-fren ships gzipped inside its .tar (training-giga-fren.tar holds giga-fren.release2.fixed.{en,fr}.gz);
-# as fairseq's script does, the user gunzips them.
+# Giga-fren ships gzipped inside its .tar (training-giga-fren.tar holds giga-fren.release2.fixed.{en,fr}.gz):
+# a text file is read gzipped when only NAME.gz is there (fairseq's script gunzips them; here nobody has to).
 EN_FR_TRAIN_SOURCES = (
     Source("europarl-v7", "europarl-v7.fr-en.en", "europarl-v7.fr-en.fr", "training-parallel-europarl-v7.tgz", "text"),
     Source("commoncrawl", "commoncrawl.fr-en.en", "commoncrawl.fr-en.fr", "training-parallel-commoncrawl.tgz", "text"),
@@ -139,8 +139,12 @@ def _find_files(root: Path, names: set[str]) -> tuple[dict[str, Path], set[str]]
 def _resolve(root: Path, pair: WmtPair) -> dict[str, list[tuple[Source, Path, Path]]]:
     """Pick the files for every split, or raise one UserError listing everything that is missing."""
     groups = {"train": [(s,) for s in pair.train], "dev": [pair.dev], "test": [pair.test]}
+    text = {n for srcs in (pair.train, pair.dev, pair.test) for s in srcs if s.fmt == "text" for n in (s.en, s.tgt)}
     wanted = {n for srcs in (pair.train, pair.dev, pair.test) for s in srcs for n in (s.en, s.tgt)}
-    found, archives = _find_files(root, wanted)
+    found, archives = _find_files(root, wanted | {f"{n}.gz" for n in text})
+    for name in text:      # a text file still gzipped (giga-fren as its .tar holds it) is read as it is
+        if name not in found and f"{name}.gz" in found:
+            found[name] = found.pop(f"{name}.gz")
     chosen: dict[str, list[tuple[Source, Path, Path]]] = {"train": [], "dev": [], "test": []}
     missing: list[str] = []
     for split, alternatives_list in groups.items():
@@ -152,9 +156,7 @@ def _resolve(root: Path, pair: WmtPair) -> dict[str, list[tuple[Source, Path, Pa
             first, rest = alternatives[0], alternatives[1:]
             absent = [n for n in (first.en, first.tgt) if n not in found]
             alt = "".join(f" or {s.en} and {s.tgt}" for s in rest)
-            if all(f"{n}.gz" in archives for n in absent):   # giga-fren: extracted from its .tar, still gzipped
-                hint = ", present but still gzipped: gunzip them"
-            elif first.archive in archives:
+            if first.archive in archives:
                 hint = ", present but not extracted"
             else:
                 hint = ""
@@ -169,12 +171,10 @@ def _resolve(root: Path, pair: WmtPair) -> dict[str, list[tuple[Source, Path, Pa
 
 def _count_lines(path: Path) -> int:
     """Line count as `iter_lines` sees it (a last line without "\\n" counts), without decoding."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
+    n = 0
+    for n, _ in enumerate(iter_raw_lines(path), start=1):   # a last line without "\\n" is a line too
+        pass
+    return n
 
 
 def _read_pair(src: Source, en: Path, tgt: Path) -> tuple[list[str], list[str]]:

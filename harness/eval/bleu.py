@@ -356,3 +356,16 @@ def tokenized_bleu(hyps: list[str], refs: list[str], refs_tokenized: bool = Fals
     hyps_tok = [paper_tokenize(h, lang, moses) for h in hyps]
     refs_tok = [split_compounds(r) if refs_tokenized else paper_tokenize(r, lang, moses) for r in refs]
     return multi_bleu(hyps_tok, refs_tok)
+
+
+def tokenized_lc_bleu(hyps: list[str], refs: list[str], lang: str = "de", moses: str = "2025") -> BleuResult:
+    """"BLEU tok lc", the multimodal-MT literature's BLEU on Multi30K: multi-bleu.perl over the dataset's
+    `*.lc.norm.tok.*` form of both sides (its scripts/task1-tokenize.sh: lowercase.perl, then
+    normalize-punctuation.perl, then `tokenizer.perl -a -l LANG`). Here: lowercase, then `paper_tokenize`.
+    Two steps stand in for the scripts': Moses' replace-unicode-punctuation for normalize-punctuation (both
+    map typographic quotes and dashes to ASCII; Multi30K holds almost none), and the paper's compound split
+    (`a ##AT##-##AT## b`) for `-a`'s (`a @-@ b`): both make the hyphen a token of its own between two
+    non-space characters, on both sides alike, so the n-gram matches are the same wherever the neighbours
+    are letters or digits. Python's str.lower is Perl's lc for every letter Multi30K holds (ä, é, ß)."""
+    _check(hyps, refs)
+    return tokenized_bleu([h.lower() for h in hyps], [r.lower() for r in refs], lang=lang, moses=moses)

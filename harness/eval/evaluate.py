@@ -11,7 +11,7 @@ from model import Transformer, beam_search
 
 from harness.data.batching import ParallelData, token_batches
 from harness.data.bpe import BOS, EOS, Tokenizer
-from harness.eval.bleu import copy_baseline_bleu, sacre_bleu, tokenized_bleu
+from harness.eval.bleu import copy_baseline_bleu, sacre_bleu, tokenized_bleu, tokenized_lc_bleu
 from harness.eval.parse import TreeConstraint, parse_scores
 
 
@@ -54,7 +54,8 @@ def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, devi
 def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
              beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
              autocast, constrained: bool = False, lang: str = "de", moses: str = "2025") -> tuple[dict, list[str]]:
-    """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper).
+    """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper),
+    `{prefix}_bleu_tok_lc` (the same lowercased: Multi30K's literature).
     Parsing: `{prefix}_f1` and EVALB's other scores, from the paper's unconstrained beam search plus repair;
     with `constrained`, the same sentences decoded again under the tree constraint, `{prefix}_*_constrained`.
     `lang` is the target language whose Moses rules (of version `moses`: 2025, or the paper's 2017) tokenize
@@ -84,6 +85,8 @@ def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.devi
         tok = tokenized_bleu(hyps, refs, lang=lang, moses=moses)
         # tok's parts as multi-bleu.perl prints them (a string: an MLflow tag beside sacreBLEU's signature),
         # so that a reader sees where the two BLEU figures part (precisions, brevity penalty, lengths)
+        # Multi30K's literature scores lowercased tokenized text ("BLEU tok lc"): cheap, so every run has it
+        metrics[f"{prefix}_bleu_tok_lc"] = tokenized_lc_bleu(hyps, refs, lang=lang, moses=moses).score
         metrics.update({f"{prefix}_bleu": score, f"{prefix}_bleu_tok": tok.score,
                         f"{prefix}_bleu_tok_parts": str(tok),
                         f"{prefix}_bleu_copy_source": copy_baseline_bleu(srcs, refs)[0],

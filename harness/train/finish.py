@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.eval.evaluate import evaluate, perplexity
+from harness.io import atomic_write
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import _compiled_graphs
 from harness.train.config import TrainConfig
@@ -60,6 +61,8 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
         "dev_truncated": data.dev.data.truncated, "mean_src_len": float(train_data.src_lens.mean()),
         "mean_tgt_len": float(train_data.tgt_lens.mean())})
     if is_main:
+        # The run's own BPE model beside its weights: `python -m harness evaluate` reads text with it later
+        atomic_write(out / "bpe.model", data.tokenizer.path.read_bytes())
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
             for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:

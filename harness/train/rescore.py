@@ -1,0 +1,118 @@
+"""`python -m harness evaluate RUN_DIR --data DIR [--split test]`: score a finished run's final weights on
+any prepared data directory and split (Multi30K's test_2017_flickr, a held-out WSJ folder, ...).
+
+The final weights are what the run itself scored: the mean of its last `train.average_last` checkpoints
+(§6.1), or its last checkpoint. The tokenizer is the run's own BPE model (bpe.model in the run directory,
+written by every run; for older runs, rebuilt from the run's training data, which then must still be
+there). Decoding uses the run's settings (beam, alpha, max_extra, the tree constraint for parsing).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from model import ConfigError, Transformer, TransformerConfig
+
+from harness.data.batching import ParallelData
+from harness.data.bpe import Tokenizer, train_bpe
+from harness.data.corpus import DataConfig, Split, corpus_dir, split_paths
+from harness.data.parse import clean_tree, sentence_words
+from harness.data.readers import read_parallel
+from harness.data.trees import linearize, parse_tree, read_tree_texts
+from harness.errors import UserError
+from harness.eval.evaluate import evaluate
+from harness.train.checkpoint import average_checkpoints, list_checkpoints
+from harness.train.config import TrainConfig
+from harness.train.device import autocast_for, resolve_device
+
+
+def _run_config(run_dir: Path) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no config.json; pass the directory of a finished run (what `train --out` or a "
+                        "study trial wrote: config.json, checkpoints/, metrics.json).")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        return TransformerConfig(**cfg["model"]), TrainConfig(**cfg["train"]), DataConfig(**cfg["data"])
+    except (ValueError, KeyError, TypeError, ConfigError) as err:
+        raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness wrote.") from None
+
+
+def final_weights(run_dir: Path, average_last: int) -> tuple[dict[str, torch.Tensor], list[Path]]:
+    """The run's final weights: the mean of its last `average_last` checkpoints (at least the last one)."""
+    paths = list_checkpoints(run_dir / "checkpoints")[-max(average_last, 1):]
+    if not paths:
+        raise UserError(f"{run_dir}: no checkpoints/step_*.pt; the run has not saved its weights yet.")
+    if not (run_dir / "metrics.json").is_file():
+        raise UserError(f"{run_dir}: no metrics.json, so the run has not finished; evaluate it when it has.")
+    return average_checkpoints(paths), paths
+
+
+def run_tokenizer(run_dir: Path, model_cfg: TransformerConfig, data_cfg: DataConfig) -> Tokenizer:
+    """The run's own BPE model, or the same one rebuilt (deterministically) from its training data."""
+    if (run_dir / "bpe.model").is_file():
+        return Tokenizer(run_dir / "bpe.model")
+    root = corpus_dir(data_cfg)
+    train = list(split_paths(root, "train"))
+    symbols: tuple[str, ...] = ()
+    if data_cfg.task == "parse":
+        symbols = tuple(sorted({t for line in read_parallel(*train)[1] for t in line.split()
+                                if t == "XX" or t[:1] in "()"}))
+    return Tokenizer(train_bpe(train, model_cfg.vocab_size, Path(data_cfg.cache_dir).resolve() / "bpe", symbols))
+
+
+def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_len: int) -> tuple[Split, str]:
+    """One split of a prepared directory, encoded with the run's tokenizer; and the target language."""
+    if not data_dir.is_dir():
+        raise UserError(f"--data {data_dir}: not a directory; pass a prepared data directory (`data prepare ...`).")
+    if task == "parse":
+        path = data_dir / f"{split}.tree"
+        if not path.is_file():
+            raise UserError(f"--data {data_dir} has no {split}.tree; a parsing run is scored on a directory "
+                            "`data prepare ptb` wrote, with --split train, dev or test.")
+        src, tgt, gold = [], [], []
+        for line, text in read_tree_texts(path):
+            if not text.strip():
+                continue
+            try:
+                tree = parse_tree(text)
+            except ValueError as exc:
+                raise UserError(f"{path}:{line}: cannot read the tree ({exc}).") from None
+            words, cleaned = sentence_words(tree)[0], clean_tree(tree)
+            if words and cleaned is not None:
+                src.append(" ".join(words))
+                tgt.append(linearize(cleaned))
+                gold.append(" ".join(text.split()))
+        data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
+        return Split(src, tgt, data, gold), "en"
+    src_path, tgt_path = split_paths(data_dir, split)
+    src, tgt = read_parallel(src_path, tgt_path)
+    data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
+    suffix = tgt_path.suffix.lstrip(".")
+    return Split(src, tgt, data), suffix if suffix in ("de", "fr") else "de"
+
+
+def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto") -> dict:
+    """Metrics of the run's final weights on `split` of `data_dir`, keyed `{split}_ppl`, `{split}_bleu`,
+    `{split}_bleu_tok`, `{split}_bleu_tok_lc` (translation) or `{split}_f1` ... (parsing)."""
+    run_dir, data_dir = Path(run_dir), Path(data_dir)
+    model_cfg, train_cfg, data_cfg = _run_config(run_dir)
+    weights, paths = final_weights(run_dir, train_cfg.average_last)
+    tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
+    if tokenizer.vocab_size != model_cfg.vocab_size:
+        raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
+                        "the run's training data changed since it ran.")
+    data, lang = read_split(data_dir, split, data_cfg.task, tokenizer, model_cfg.max_len)
+    dev = resolve_device(device)
+    model = Transformer(model_cfg).to(dev)
+    model.load_state_dict(weights)
+    metrics, _ = evaluate(model, tokenizer, data, dev, prefix=split, beam_size=train_cfg.beam_size,
+                          alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
+                          bleu_sentences=None, autocast=autocast_for(dev, train_cfg.amp),
+                          constrained=train_cfg.constrained, lang=lang, moses=str(train_cfg.bleu_moses))
+    metrics[f"{split}_sentences"] = len(data.data)
+    metrics[f"{split}_checkpoints_averaged"] = len(paths)
+    return metrics
