@@ -50,7 +50,8 @@ def summarize_table2(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         pair = row_pair(row, data_name, text_of(src, "params.data.target"))
         rec = {"row": row, "paper_model": name, "pair": PAIRS[pair], "status": status, "n_seeds": len(g),
                "n_finished": len(done), "data": data_name, **{c: param_of(src, k) for c, k in T2_ARCH.items()}}
-        for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last"):
+        for m in ("test_bleu", "test_bleu_tok", "dev_bleu", "dev_bleu_tok", "test_bleu_tok_last", "test_ppl_last",
+                  "test_bleu_tok_lc", "dev_bleu_tok_lc", "test_bleu_tok_lc_last"):
             rec[f"{m}_mean"], rec[f"{m}_std"] = mean_of(done, m), std_of(done, m)
         # What averaging the last checkpoints bought over the last checkpoint alone, seed by seed.
         rec["averaging_gain_bleu_tok"] = (column(done, "metrics.test_bleu_tok")
@@ -102,6 +103,8 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
         lines += ["This invocation trained on the made-up corpus (`data.name=synth`) with shrunken models, not "
                   "WMT14: our BLEU is not comparable with the paper's newstest2014 BLEU, nor our costs with its "
                   "GPUs'; what carries over is how the cost is computed, and the utilization the two ways imply.", ""]
+    if multi30k_rows(table):
+        lines += multi30k_section(table)
     lines += ["## The paper's Table 2, as published", ""]
     lines += md_table(["Model", "BLEU EN-DE", "BLEU EN-FR", "Training cost (FLOPs) EN-DE", "Training cost (FLOPs) EN-FR"],
                        [[name, num(r.get("bleu_en_de"), "{:g}"), num(r.get("bleu_en_fr"), "{:g}"),
@@ -123,7 +126,8 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
               "FLOPs over the tokens trained on (harness/probes/flops.py); implied utilization = counted / "
               "the paper's way. Checkpoints: averaged / requested; the last checkpoint alone is scored on the same "
               "test sentences before averaging, so the Δ column is what averaging (§6.1) did.", ""]
-    head = ["row", "paper model", "N, d_model, d_ff, h", "seeds", "test BLEU sacre", "test BLEU tok", "dev PPL",
+    head = ["row", "paper model", "N, d_model, d_ff, h", "seeds", "test BLEU sacre", "test BLEU tok",
+            "test BLEU tok lc", "dev PPL",
             "test PPL", "test BLEU tok, last checkpoint alone", "Δ BLEU tok from averaging", "test PPL, last alone",
             "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
             "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "pair", "paper BLEU",
@@ -133,7 +137,7 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
         arch = ", ".join(num(r[c], "{:g}") for c in ("N", "d_model", "d_ff", "h"))
         body.append([f"**{r['row']}**", r["paper_model"] or "–", arch, seeds_cell(r),
                      pm(r["test_bleu_mean"], r["test_bleu_std"]), pm(r["test_bleu_tok_mean"], r["test_bleu_tok_std"]),
-                     num(r["dev_ppl"]), num(r["test_ppl"]),
+                     pm(r["test_bleu_tok_lc_mean"], r["test_bleu_tok_lc_std"]), num(r["dev_ppl"]), num(r["test_ppl"]),
                      pm(r["test_bleu_tok_last_mean"], r["test_bleu_tok_last_std"]),
                      num(r["averaging_gain_bleu_tok"], "{:+.2f}"), num(r["test_ppl_last_mean"]),
                      num(r["params_M"], "{:.3g}"), num(r["steps"], "{:.0f}"),
@@ -159,6 +163,33 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
                          num(100 * c["implied_utilization"], "{:.1f} %"), num(c["achieved_tflops_per_gpu"])]
                         for c in costs])
     return lines
+
+
+def multi30k_rows(table: pd.DataFrame) -> list[dict]:
+    """The rows that trained on a Multi30K directory (`data prepare multi30k`)."""
+    return [r for r in table.to_dict("records") if "multi30k" in Path(str(r.get("data") or "")).name.lower()]
+
+
+def multi30k_section(table: pd.DataFrame) -> list[str]:
+    """Multi30K: what the test set is, BLEU both ways and the literature's tokenized lowercased BLEU, with the
+    published anchors (harness/paper/tables.yaml `literature.multi30k`) and their settings beside ours."""
+    lit = load_tables()["literature"]["multi30k"]
+    lines = ["This invocation trained on Multi30K task 1 (29,000 image descriptions; dev = val, test = "
+             "test_2016_flickr, 1,000 sentences), not WMT14: its BLEU is not comparable with the paper's newstest2014 "
+             "BLEU. BLEU is given both ways: sacreBLEU on the detokenized text (its signature above), and the "
+             f"multimodal-MT literature's `BLEU tok lc`: {lit['bleu_tok_lc']}. `python -m harness evaluate RUN_DIR "
+             "--data DIR --split test_2017_flickr` scores a finished row on the second test set.", "",
+             "## Beside the literature (Multi30K)", ""]
+    body = [[f"**{r['row']}** (ours)", r["pair"], "test_2016_flickr", pm(r["test_bleu_tok_lc_mean"], r["test_bleu_tok_lc_std"]),
+             pm(r["test_bleu_mean"], r["test_bleu_std"]),
+             f"N {num(r['N'], '{:g}')}, d_model {num(r['d_model'], '{:g}')}, d_ff {num(r['d_ff'], '{:g}')}, "
+             f"h {num(r['h'], '{:g}')}, P_drop {num(r['P_drop'], '{:g}')}, {num(r['steps'], '{:.0f}')} steps, "
+             f"{num(r['params_M'], '{:.3g}')} M params, last {num(r['averaged_checkpoints'], '{:g}')} checkpoints "
+             f"averaged, {num(r['train_minutes'], '{:.1f}')} min on {r['device'] or '?'}"]
+            for r in multi30k_rows(table)]
+    body += [[a["name"], PAIRS.get(a["pair"], a["pair"]), a["test"], num(a["bleu_tok_lc"], "{:.2f}"), "–",
+              f"{a['setting']} ({a['source']})"] for a in lit["rows"]]
+    return lines + md_table(["model", "pair", "test set", "BLEU tok lc", "sacreBLEU", "setting"], body) + [""]
 
 
 def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path) -> Path:
