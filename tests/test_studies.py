@@ -536,3 +536,13 @@ def test_a_real_data_profile_without_its_data_says_how_to_prepare_it(tmp_path, m
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match=r"data prepare multi30k --from DIR --pair en-de --out data/multi30k-en-de"):
         _check_requirements(load_study(ROOT / "studies" / "table2.yaml", "multi30k"))
+
+
+def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
+    # --resume finds a finished trial by its config hash: a new setting at its default (data.target,
+    # train.bleu_moses, data.lexicon_seed) must not change the hash of a trial resolved before it existed.
+    assert load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0]).trials[0].config_hash == "96e5fea09708"
+    assert load_study(ROOT / "studies" / "table2.yaml", "tiny", ["base"], [0]).trials[0].config_hash == "4d3f8f137ad5"
+    other = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"model": {}, "train": {},
+                                                                                       "data": {"lexicon_seed": 3}})
+    assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data["lexicon_seed"] == 3
