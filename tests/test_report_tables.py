@@ -243,7 +243,7 @@ def test_table2_paper_and_ours(reports):
             assert (f"| {r[key]:.1e} " if r[key] is not None else "| – ") in ln + " "
     base = line(text, "| **base** |")
     paper_base = t2["rows"]["Transformer (base model)"]
-    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | 5.10 | 5.60 | – | – | – | 1.2 |" in base
+    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | – | 5.10 | 5.60 | – | – | – | 1.2 |" in base
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     big = line(text, "| **big** |")
@@ -317,3 +317,38 @@ def test_table1_ends_with_its_claims_computed_from_the_runs(reports):
     assert "| restricted: 8 against 8 |" in line(section, "| `restricted_path_n_over_r` (§4) |")
     d = line(section, "| `attention_linear_in_d` (Table 1) |")
     assert "sdpa: 0.98 against 1.00" in d and "**holds**" in d
+
+
+def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_beside(tmp_path):
+    from harness.study.departures import departures_tag
+    from harness.study.spec import load_study
+    from pathlib import Path
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("table2", artifact_location=(tmp_path / "mlruns").as_uri())
+    study = load_study(Path(__file__).parents[1] / "studies" / "table2.yaml", "multi30k")
+    parent = client.create_run(exp, start_time=T0, tags={
+        "study": "table2", "version": "1", "profile": "multi30k", "git_sha": SHA, "git_dirty": "False",
+        "kind": "study", "hardware": "2 CPU cores (test)", "table": "table2", "started": "2026-12-03T16:25:00",
+        "command": "python -m harness run studies/table2.yaml --profile multi30k",
+        "paper_costs": json.dumps(training_costs()), **departures_tag(study)}).info.run_id
+    client.log_batch(parent, params=[Param("rows", "base,base_enfr"), Param("seeds", "0")])
+    for i, (row, data, lc) in enumerate((("base", "data/multi30k-en-de", 35.0), ("base_enfr", "data/multi30k-en-fr", 50.0))):
+        params = {"model.n_layers": 3, "model.d_model": 128, "model.d_ff": 512, "model.n_heads": 8, "model.p_drop": 0.1,
+                  "train.average_last": 5, "train.seed": 0, "data.name": data}
+        ms = [(k, v, 2000) for k, v in {"test_bleu": lc - 3, "test_bleu_tok": lc - 2, "test_bleu_tok_lc": lc,
+                                         "dev_ppl": 6.0, "test_ppl": 5.5, "params": 2.4e6, "steps": 2000,
+                                         "train_seconds": 780.0, "averaged_checkpoints": 5}.items()]
+        trial(client, exp, parent, i, row, 0, "train", "FINISHED", params, ms, {"device": "cpu"})
+    finish(client, parent, 2, 0)
+    paths = write_report("table2", tmp_path / "reports", uri)
+    text = (tmp_path / "reports" / "multi30k" / "table2.md").read_text(encoding="utf-8")
+    assert not (tmp_path / "reports" / "table2.md").exists()       # the made-up corpus's report is left alone
+    assert "multi30k/table2.md" in (tmp_path / "reports" / "README.md").read_text(encoding="utf-8")
+    assert any(p.name == "table2_bleu_vs_cost.png" and p.parent.name == "multi30k" for p in paths)
+    lit = text.split("## Beside the literature (Multi30K)")[1].split("## ")[0]
+    assert "| **base** (ours) | EN-DE | test_2016_flickr | 35.00 | 32.00 |" in lit
+    assert "| **base_enfr** (ours) | EN-FR | test_2016_flickr | 50.00 | 47.00 |" in lit
+    assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
+    assert "not comparable with the paper's newstest2014" in text and "trained on the made-up corpus" not in text
+    assert "- `model.vocab_size`: 8000 (paper 37000) in base, big; 8000 (paper 32000) in base_enfr, big_enfr" in text

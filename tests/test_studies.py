@@ -2,6 +2,7 @@
 starts; a real study runs through Ray Tune against a real `mlflow server`, and --resume reruns nothing."""
 
 import dataclasses
+import json
 import math
 import os
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.errors import UserError
 from harness.paper import load_tables
 from harness.study.spec import load_study
 
@@ -329,7 +331,7 @@ def test_malformed_study_is_one_sentence_exit_2_and_nothing_started(case, tmp_pa
     (["--profile", "small"], "has no profile 'small'"),
     (["--rows", "base,A9"], "has no row 'A9'"),
     (["--seeds", "0,x"], "--seeds"),
-    (["--profile", "paper"], "prepare WMT14"),
+    (["--profile", "paper"], "data prepare wmt14-en-de --from DIR --out data/wmt14-en-de"),
     (["--set", "data.sed=2"], "did you mean data.seed"),
     (["--set", "train.seed=2"], "--seeds"),
     (["--set", "n_heads=x"], "must be an integer"),
@@ -505,3 +507,42 @@ def test_provenance_is_the_projects_checkout_not_the_current_directory(tmp_path,
     assert git_state()[0] == ours
     (other / "vendored" / "harness").mkdir(parents=True)
     assert git_state(other / "vendored") == ("unknown", False)
+
+
+def test_departures_from_the_paper_are_generated_from_the_study_file():
+    from harness.report.common import departure_lines
+    from harness.study.departures import departures, departures_tag
+    t2 = load_study(ROOT / "studies" / "table2.yaml", "multi30k")
+    found = {d["key"]: {(json.dumps(v["ours"]), json.dumps(v["paper"])): v["rows"] for v in d["values"]}
+             for d in departures(t2)}
+    assert found["model.vocab_size"] == {("8000", "37000"): ["base", "big"], ("8000", "32000"): ["base_enfr", "big_enfr"]}
+    assert found["train.steps"][("2000", "300000")] == ["big", "big_enfr"]       # big trains the base's steps
+    assert found["data.name"][('"data/multi30k-en-de"', '"data/wmt14-en-de"')] == ["base", "big"]
+    assert "model.p_drop" not in found and "train.log_every" not in found       # as the paper / operational only
+    assert "model.n_enc_layers" not in found and found["model.n_layers"] == {("3", "6"): t2.rows}
+    assert departures(load_study(ROOT / "studies" / "table2.yaml", "paper")) == []
+    tiny = {d["key"]: d for d in departures(load_study(ROOT / "studies" / "table3.yaml", "tiny"))}
+    assert tiny["model.share_embeddings"]["values"] == [{"ours": False, "paper": True, "rows": list(tiny["model.share_embeddings"]["values"][0]["rows"])}]
+    assert tiny["data.lexicon_scale"]["values"][0]["paper"] is None     # the made-up corpus's own setting
+    tag = departures_tag(load_study(ROOT / "studies" / "table3.yaml", "tiny"))["departures"]
+    assert len(tag) < 8000 and json.loads(tag)
+    lines = departure_lines({"departures": departures_tag(t2)["departures"]}, ",".join(t2.rows))
+    assert "- `model.n_layers`: 3 (paper 6)" in lines                  # every row: no row list
+    assert "- `train.steps`: 2000 (paper 100000) in base, base_enfr; 2000 (paper 300000) in big, big_enfr" in lines
+
+
+def test_a_real_data_profile_without_its_data_says_how_to_prepare_it(tmp_path, monkeypatch):
+    from harness.study.runner import _check_requirements
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"data prepare multi30k --from DIR --pair en-de --out data/multi30k-en-de"):
+        _check_requirements(load_study(ROOT / "studies" / "table2.yaml", "multi30k"))
+
+
+def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
+    # --resume finds a finished trial by its config hash: a new setting at its default (data.target,
+    # train.bleu_moses, data.lexicon_seed) must not change the hash of a trial resolved before it existed.
+    assert load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0]).trials[0].config_hash == "96e5fea09708"
+    assert load_study(ROOT / "studies" / "table2.yaml", "tiny", ["base"], [0]).trials[0].config_hash == "4d3f8f137ad5"
+    other = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"model": {}, "train": {},
+                                                                                       "data": {"lexicon_seed": 3}})
+    assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data["lexicon_seed"] == 3

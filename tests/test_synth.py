@@ -302,3 +302,22 @@ def test_write_corpus_two_writers_race(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "_existing", first_look_missed)
     assert write_corpus(out, 50, 10, 10, seed=4) == theirs
     assert len(calls) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_data_lexicon_seed_reaches_the_words_and_keeps_the_default_corpus_where_it_was(tmp_path):
+    from harness.data.corpus import DataConfig
+    from harness.data.synth import synth_corpus_dir
+    base = DataConfig(train_pairs=40, dev_pairs=5, test_pairs=5, seed=3, lexicon_scale=0.05, max_depth=2,
+                      max_words=12, cache_dir=str(tmp_path))
+    default, other = synth_corpus_dir(base), synth_corpus_dir(replace(base, lexicon_seed=7))
+    assert default.name == "synth-40-5-5-s3-lex0.05-d2-w12" and other.name == default.name + "-L7"
+    words = lambda root, side: {w for line in (root / f"train.{side}").read_text().split("\n") for w in line.split()}  # noqa: E731
+    # The same sentences (seed 3) in other made-up words: what stays shared is punctuation and the grammar's
+    # own closed-class words (the target's determiners and pronouns), not the lexicon's.
+    for side in ("src", "tgt"):
+        a, b = words(default, side), words(other, side)
+        assert len(a & b) < 0.3 * len(a), side
+    # the trees keep their shape: the lexicon seed changes spellings, not the grammar's draws
+    shape = lambda root: [" ".join(t for t in line.split() if t.startswith("(") or t.endswith(")"))  # noqa: E731
+                          for line in (root / "train.tree").read_text().splitlines()[:5]]
+    assert len(shape(default)) == len(shape(other)) == 5

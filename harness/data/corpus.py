@@ -32,6 +32,7 @@ class DataConfig:
     max_depth: int = 4             # synth only: how deep clauses, PPs and coordinations nest (1..8)
     max_words: int = 70            # synth only: longest source sentence in words, final "." included
     target: str = "de"             # synth only: the target language, "de" (German-like) or "fr" (French-like)
+    lexicon_seed: int = 0          # synth only: the made-up words' spellings and features (another vocabulary)
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 

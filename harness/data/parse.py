@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.data.synth import synth_corpus_dir
@@ -80,6 +81,25 @@ def _tree_sources(name: str, data_cfg) -> tuple[dict[str, list[str]], str]:
     return texts, f"{root.name}-{stamp.hexdigest()[:10]}"
 
 
+def parse_pairs(trees: Iterable[tuple[str, str]]) -> tuple[list[str], list[str], list[str]]:
+    """(sentences, linearized cleaned trees, gold trees on one line) of (where, tree text) pairs; trees with
+    no word left after cleaning are skipped, and an unreadable one is a UserError naming `where`."""
+    src, tgt, gold = [], [], []
+    for where, text in trees:
+        try:
+            tree = parse_tree(text)
+        except ValueError as exc:
+            raise UserError(f"{where} cannot be read ({exc}).") from None
+        words, _ = sentence_words(tree)
+        cleaned = clean_tree(tree)
+        if not words or cleaned is None:
+            continue
+        src.append(" ".join(words))
+        tgt.append(linearize(cleaned))
+        gold.append(" ".join(text.split()))
+    return src, tgt, gold
+
+
 def prepare_parse_corpus(data_cfg) -> Path:
     """Write (once, atomically) the parsing corpus as parallel text: <split>.src (words), <split>.tgt
     (linearized cleaned tree) and <split>.tree (the gold tree as read), in the cache directory."""
@@ -90,19 +110,7 @@ def prepare_parse_corpus(data_cfg) -> Path:
     with atomic_dir(out) as tmp:
         stats = {}
         for split, trees in texts.items():
-            src, tgt, gold = [], [], []
-            for i, text in enumerate(trees, 1):
-                try:
-                    tree = parse_tree(text)
-                except ValueError as exc:
-                    raise UserError(f"{data_cfg.name}: {split} tree {i} cannot be read ({exc}).") from None
-                words, _ = sentence_words(tree)
-                cleaned = clean_tree(tree)
-                if not words or cleaned is None:
-                    continue
-                src.append(" ".join(words))
-                tgt.append(linearize(cleaned))
-                gold.append(" ".join(text.split()))
+            src, tgt, gold = parse_pairs((f"{data_cfg.name}: {split} tree {i}", t) for i, t in enumerate(trees, 1))
             for kind, lines in (("src", src), ("tgt", tgt), ("tree", gold)):
                 (tmp / f"{split}.{kind}").write_text("\n".join(lines) + "\n", encoding="utf-8")
             stats[split] = {"trees": len(gold), "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),

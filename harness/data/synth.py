@@ -816,11 +816,12 @@ def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
 
 
 def synth_corpus_dir(cfg) -> Path:
-    """The made-up corpus a DataConfig names (sizes, seed, lexicon scale, depth, length), written once into
+    """The made-up corpus a DataConfig names (sizes, seed, lexicon seed and scale, depth, length), written once into
     its cache directory (write_corpus); returns the directory."""
-    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target)
+    lexicon_seed = cfg.lexicon_seed
+    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target, lexicon_seed=lexicon_seed)
     if cfg.lexicon_scale != 1.0:
-        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target,
+        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target, lexicon_seed=lexicon_seed,
                           **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
                              for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
     scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
@@ -828,6 +829,8 @@ def synth_corpus_dir(cfg) -> Path:
         scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
     if cfg.target != "de":
         scale += f"-{cfg.target}"
+    if lexicon_seed:                                  # the default lexicon keeps the old cache names
+        scale += f"-L{lexicon_seed}"
     root = Path(cfg.cache_dir).resolve() / \
         f"synth-{cfg.train_pairs}-{cfg.dev_pairs}-{cfg.test_pairs}-s{cfg.seed}{scale}"
     write_corpus(root, cfg.train_pairs, cfg.dev_pairs, cfg.test_pairs, cfg.seed, lex)

@@ -10,6 +10,8 @@ this package (table1 ... table4); this one holds what they share.
 
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 from typing import Iterable
@@ -167,7 +169,36 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
     if signatures:
         lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
     lines.append("")
-    return lines
+    return lines + departure_lines(tags, parent["params"].get("rows", ""))
+
+
+def _value(v) -> str:
+    return "–" if v is None else json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else f"{v:g}" \
+        if isinstance(v, float) else str(v)
+
+
+def departure_lines(tags: dict, rows: str) -> list[str]:
+    """The profile's departures from the paper, as the runner computed them from the study file (the parent's
+    `departures` tag: each setting where a row differs from the same row in the `paper` profile)."""
+    if "departures" not in tags:
+        return []
+    try:
+        items = json.loads(tags["departures"])
+    except ValueError:
+        return ["## Departures from the paper", "", "(the list was too long for its MLflow tag and is cut)", ""]
+    if not items:
+        return ["## Departures from the paper", "", "None: every row runs with the paper profile's settings.", ""]
+    every = set(filter(None, rows.split(",")))
+    lines = ["## Departures from the paper", "",
+             "Generated from the study file: every setting where a row of this profile differs from the same row in "
+             "the study's `paper` profile (– : a setting of the made-up corpus, which the paper's WMT data does not "
+             "have). Why each was chosen: the profile's comments in the study file and docs/calibration.md.", ""]
+    for d in items:
+        whole = len(d["values"]) == 1 and every and set(d["values"][0]["rows"]) >= every    # the same for every row
+        parts = [f"{_value(v['ours'])} (paper {_value(v['paper'])})" + ("" if whole else f" in {', '.join(v['rows'])}")
+                 for v in d["values"]]
+        lines.append(f"- `{d['key']}`: {'; '.join(parts)}")
+    return lines + [""]
 
 
 # ------------------------------------------------------------------------------------------ claims

@@ -23,6 +23,7 @@ from harness.errors import UserError
 from harness.io import check_writable
 from harness.probes.cost import training_costs
 from harness.study import progress
+from harness.study.departures import departures_tag
 from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware, versions
@@ -40,14 +41,16 @@ def _check_requirements(study: Study) -> None:
     for trial in study.trials:
         name = trial.data.get("name", "synth")
         if name != "synth" and not Path(name).is_dir() and trial.data.get("task") == "parse":
-            raise UserError(f"profile {study.profile} of {study.path} needs the tree directory {name} (Penn "
-                            "Treebank WSJ sections 00..24 of .mrg files, or train.tree, dev.tree and test.tree), "
-                            "which does not exist; provide it, or run --profile tiny.")
+            raise UserError(f"profile {study.profile} of {study.path} needs the tree directory {name}, which does "
+                            f"not exist; prepare it from Penn Treebank .mrg files with `python -m harness data "
+                            f"prepare ptb --from DIR --out {name}`, or run --profile tiny.")
         if name != "synth" and not Path(name).is_dir():
+            pair = "en-fr" if "en-fr" in Path(name).name else "en-de"
+            how = (f"multi30k --from DIR --pair {pair}" if "multi30k" in Path(name).name.lower()
+                   else f"wmt14-{pair} --from DIR")
             raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
-                            f"not exist; prepare WMT14 with `python -m harness data prepare "
-                            f"{'wmt14-en-fr' if 'en-fr' in Path(name).name else 'wmt14-en-de'} --from DIR "
-                            f"--out {name}`, or run --profile tiny.")
+                            f"not exist; prepare it with `python -m harness data prepare {how} --out {name}`, "
+                            "or run --profile tiny.")
 
 
 def _check_ray_address(address: str) -> None:
@@ -270,7 +273,7 @@ def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs
             f"{study.name} {study.profile}",
             {**tags, "command": " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
              "started": datetime.datetime.now().isoformat(timespec="seconds"), "run_dir": run_dir,
-             "study_file": study.path, "table": study.table or "", **paper_tags(study)},
+             "study_file": study.path, "table": study.table or "", **paper_tags(study), **departures_tag(study)},
             {"rows": ",".join(study.rows), "seeds": ",".join(map(str, study.seeds))})
         print(f"study {study.name} v{study.version}, profile {study.profile}: {n_todo} trials; MLflow run "
               f"{parent_id} at {tracking.uri}")

@@ -19,9 +19,9 @@ from model import ConfigError, Transformer, TransformerConfig
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.corpus import DataConfig, Split, corpus_dir, split_paths
-from harness.data.parse import clean_tree, sentence_words
+from harness.data.parse import parse_pairs
 from harness.data.readers import read_parallel
-from harness.data.trees import linearize, parse_tree, read_tree_texts
+from harness.data.trees import read_tree_texts
 from harness.errors import UserError
 from harness.eval.evaluate import evaluate
 from harness.train.checkpoint import average_checkpoints, list_checkpoints
@@ -73,19 +73,8 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
         if not path.is_file():
             raise UserError(f"--data {data_dir} has no {split}.tree; a parsing run is scored on a directory "
                             "`data prepare ptb` wrote, with --split train, dev or test.")
-        src, tgt, gold = [], [], []
-        for line, text in read_tree_texts(path):
-            if not text.strip():
-                continue
-            try:
-                tree = parse_tree(text)
-            except ValueError as exc:
-                raise UserError(f"{path}:{line}: cannot read the tree ({exc}).") from None
-            words, cleaned = sentence_words(tree)[0], clean_tree(tree)
-            if words and cleaned is not None:
-                src.append(" ".join(words))
-                tgt.append(linearize(cleaned))
-                gold.append(" ".join(text.split()))
+        src, tgt, gold = parse_pairs((f"{path}:{line}: the tree", text) for line, text in read_tree_texts(path)
+                                     if text.strip())
         data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
         return Split(src, tgt, data, gold), "en"
     src_path, tgt_path = split_paths(data_dir, split)
