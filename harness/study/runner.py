@@ -307,7 +307,8 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
                          "overhead_share": cost["overhead_share"], "tail_idle_share": cost["tail_share"]},
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
-          f"`python -m harness report --study {study.name}` writes reports/{study.name}.md")
+          f"`python -m harness report --study {study.name} --profile {study.profile}` writes reports/"
+          f"{'' if study.profile == 'tiny' else study.profile + '/'}{study.name}.md")
     view = share_view(tracking.uri, parent_id)
     print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/{view} (the runs "
           f"table, this invocation's trials under its parent run; after `report`, the parent run's description "
