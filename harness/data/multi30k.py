@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.data.readers import read_parallel
+from harness.data.readers import read_parallel, write_lines
 from harness.errors import UserError
 from harness.io import atomic_writer
 
@@ -111,14 +111,13 @@ def prepare_multi30k(from_dir: str | os.PathLike, out_dir: str | os.PathLike, pa
                                        f"words_{tgt}": sum(len(s.split()) for s in tg)}
         if f.stem in expected and len(en) != expected[f.stem]:
             manifest["warnings"].append(f"{f.stem}: {len(en)} lines, the released file has {expected[f.stem]}")
-    # Everything is read and checked: now write, each file whole (io.atomic_writer) and the manifest last, so
+    # Everything is read and checked: now write, each file whole (readers.write_lines) and the manifest last, so
     # that a manifest always describes a complete set (an older manifest goes first).
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)
     for split, (en, tg) in texts.items():
-        for side, lines in (("en", en), (tgt, tg)):
-            with atomic_writer(out / f"{split}.{side}") as fh:
-                fh.writelines(line + "\n" for line in lines)
+        write_lines(out / f"{split}.en", en)
+        write_lines(out / f"{split}.{tgt}", tg)
     with atomic_writer(out / "manifest.json") as fh:
         fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

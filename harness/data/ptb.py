@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 from harness.data.parse import WSJ_SPLITS, clean_tree, sentence_words
+from harness.data.readers import write_lines
 from harness.data.trees import parse_tree, read_tree_texts
 from harness.errors import UserError
 from harness.io import atomic_writer
@@ -131,8 +132,7 @@ def prepare_ptb(from_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict
     (out / "manifest.json").unlink(missing_ok=True)     # the manifest always describes a complete set
     for split, lines in trees.items():
         if lines:
-            with atomic_writer(out / f"{split}.tree") as fh:
-                fh.writelines(line + "\n" for line in lines)
+            write_lines(out / f"{split}.tree", lines)
         else:
             (out / f"{split}.tree").unlink(missing_ok=True)
     with atomic_writer(out / "manifest.json") as fh:
