@@ -12,6 +12,14 @@ from pathlib import Path
 from harness.errors import UserError
 
 
+def invocation_name(text: str) -> str:
+    """`run --name` / `report --name`: a folder name of letters, digits, '-' and '_' (it names reports/NAME/)."""
+    if not text or len(text) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a name: use up to 64 letters, digits, '-' or '_', "
+                                         "e.g. corpus2")
+    return text
+
+
 def _cmd_data_synth(args) -> int:
     from harness.data.synth import SynthConfig, write_corpus
     def progress(split: str, done: int, total: int) -> None:
@@ -157,7 +165,8 @@ def _cmd_run(args) -> int:
 
 def _cmd_report(args) -> int:
     from harness.report import report_all
-    paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile)
+    paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile,
+                       variant=args.name)
     for p in paths:
         print(p)
     return 0
@@ -242,6 +251,9 @@ def _add_run(sub) -> None:
                      help="with --dry-run: each trial's time from a few updates of its model timed on this machine")
     run.add_argument("--devices", type=int, default=1,
                      help="with --dry-run and a rate: the devices (GPUs) the study runs on, for its wall time")
+    run.add_argument("--name", default=None, type=invocation_name,
+                     help="name this invocation, e.g. corpus2 for a --set variant of the profile: its report goes to "
+                          "reports/[PROFILE/]NAME/, apart from the profile's own, and --resume continues it")
     run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")
@@ -255,6 +267,8 @@ def _add_report(sub) -> None:
     rep = sub.add_parser("report", help="write reports/ (Markdown, CSV, plots) from the runs in MLflow")
     rep.add_argument("--study", default=None, help="one study (default: every study in the store)")
     rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
+    rep.add_argument("--name", default=None, type=invocation_name,
+                     help="only the invocations of this name (`run --name`); default: the unnamed and every named one")
     rep.add_argument("--out", default=Path("reports"), type=Path)
     rep.set_defaults(func=_cmd_report)
 

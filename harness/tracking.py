@@ -61,6 +61,11 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+# The parent-run tag holding an invocation's name (`run --name corpus2`): a named invocation (typically a
+# --set variant of a profile) is reported and resumed apart from the profile's unnamed ones.
+VARIANT_TAG = "variant"
+
+
 def _quote(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
@@ -83,12 +88,14 @@ class StudyTracking:
             raise UserError(f"cannot reach the MLflow tracking store {uri} ({type(err).__name__}: "
                             f"{str(err).splitlines()[0][:200]}); start it or point MLFLOW_TRACKING_URI elsewhere.") from None
 
-    def latest_parent(self, profile: str, version: int):
+    def latest_parent(self, profile: str, version: int, variant: str = ""):
+        """The latest invocation of this profile and study version with this name (`run --name`; "" for
+        the unnamed ones)."""
         runs = self.client.search_runs(
             [self.experiment_id], f"tags.kind = '{PARENT_KIND}' and tags.profile = {_quote(profile)} "
                                   f"and tags.version = '{version}'", order_by=["attributes.start_time DESC"],
-            max_results=1)
-        return runs[0] if runs else None
+            max_results=200)
+        return next((r for r in runs if r.data.tags.get(VARIANT_TAG, "") == variant), None)
 
     def children(self, parent_id: str) -> list:
         return list(self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"))
@@ -268,8 +275,22 @@ class TrialRun:
             self.seconds += time.perf_counter() - t0
 
 
-def study_results(uri: str, study: str, profile: str | None = None) -> dict | None:
-    """The latest invocation of a study (optionally of one profile) as read back from MLflow:
+def _parents(client, experiment_id: str, profile: str | None) -> list:
+    where = f"tags.kind = '{PARENT_KIND}'" + (f" and tags.profile = {_quote(profile)}" if profile else "")
+    return client.search_runs([experiment_id], where, order_by=["attributes.start_time DESC"], max_results=500)
+
+
+def variants(uri: str, study: str, profile: str | None = None) -> list[str]:
+    """The names (`run --name`) of a study's named invocations, in the order they first ran."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(study)
+    names = [r.data.tags.get(VARIANT_TAG, "") for r in reversed(_parents(client, exp.experiment_id, profile))] if exp else []
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def study_results(uri: str, study: str, profile: str | None = None, variant: str = "") -> dict | None:
+    """The latest invocation of a study (optionally of one profile; of one name, `run --name`, where
+    `variant` is given, else of the unnamed ones) as read back from MLflow:
     {'parent': {'run_id', 'status', 'start_time', 'tags': {...}, 'params': {...}},
      'runs': pandas DataFrame, one row per child run: run_id, status, start_time, end_time, and the
      columns tags.<name>, params.<name> (strings) and metrics.<name> (last value of each metric)}.
@@ -278,11 +299,10 @@ def study_results(uri: str, study: str, profile: str | None = None) -> dict | No
     exp = client.get_experiment_by_name(study)
     if exp is None:
         return None
-    where = f"tags.kind = '{PARENT_KIND}'" + (f" and tags.profile = {_quote(profile)}" if profile else "")
-    parents = client.search_runs([exp.experiment_id], where, order_by=["attributes.start_time DESC"], max_results=1)
-    if not parents:
+    parent = next((r for r in _parents(client, exp.experiment_id, profile)
+                   if r.data.tags.get(VARIANT_TAG, "") == variant), None)
+    if parent is None:
         return None
-    parent = parents[0]
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,

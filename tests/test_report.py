@@ -40,15 +40,16 @@ MODERN = [
 ]
 
 
-def log_study(client: MlflowClient, study: str, trials: list, rows: str) -> str:
+def log_study(client: MlflowClient, study: str, trials: list, rows: str, variant: str = "",
+              t0: int = 1_700_000_000_000) -> str:
     db = Path(client.tracking_uri[len("sqlite:///"):])
-    exp = client.create_experiment(study, artifact_location=(db.parent / "mlruns").as_uri())
-    t0 = 1_700_000_000_000
+    found = client.get_experiment_by_name(study)
+    exp = found.experiment_id if found else client.create_experiment(study, artifact_location=(db.parent / "mlruns").as_uri())
     common = {"study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "True",
               "hardware": "2 CPU cores (test)", "version.torch": "9.9.9", "version.ray": "8.8.8"}
     parent = client.create_run(exp, start_time=t0, tags={
         **common, "kind": "study", "command": COMMAND.replace("table3", study), "started": "2025-01-02T03:04:05",
-        "run_dir": "/tmp/runs/x"}).info.run_id
+        "run_dir": "/tmp/runs/x", **({"variant": variant} if variant else {})}).info.run_id
     client.log_batch(parent, params=[Param("rows", rows), Param("seeds", "0,1")])
     for i, (row, seed, status, over, ppl, bleu, bleu_tok, reason) in enumerate(trials):
         tags = {**common, "kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": str(seed),
@@ -222,6 +223,28 @@ def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_pat
     index = (tmp_path / "README.md").read_text()
     assert "[modern](modern.md)" in index and "[table3](table3.md)" in index
     assert sum(p.name == "README.md" for p in paths) == 1
+
+
+def test_a_named_invocation_is_reported_apart_and_never_replaces_the_profiles_own(tmp_path):
+    """`run --name corpus2` (a --set variant of the tiny profile), run after the unnamed invocation: `report`
+    writes reports/corpus2/table3.md from it and keeps reports/table3.md on the unnamed one; `report --name`
+    writes only the named one; an unknown name is a UserError naming it."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    log_study(client, "table3", TABLE3, "base,A1,C4,D1")
+    other = [(r, s, st, o, None if p is None else p * 2, b, bt, why) for r, s, st, o, p, b, bt, why in TABLE3]
+    log_study(client, "table3", other, "base,A1,C4,D1", variant="corpus2", t0=1_800_000_000_000)
+    out = tmp_path / "reports"
+    paths = report_all(out, uri, studies=["table3"])
+    assert out / "table3.md" in paths and out / "corpus2" / "table3.md" in paths
+    main = pd.read_csv(out / "table3.csv").set_index("row")
+    named = pd.read_csv(out / "corpus2" / "table3.csv").set_index("row")
+    assert main.loc["base", "ppl_mean"] == pytest.approx(11.0) and named.loc["base", "ppl_mean"] == pytest.approx(22.0)
+    assert "[table3 (corpus2)](corpus2/table3.md)" in (out / "README.md").read_text()
+    only = report_all(tmp_path / "only", uri, studies=["table3"], variant="corpus2")
+    assert not (tmp_path / "only" / "table3.md").exists() and (tmp_path / "only" / "corpus2" / "table3.md") in only
+    with pytest.raises(UserError, match="named corpus3"):
+        write_report("table3", tmp_path / "none", uri, variant="corpus3")
 
 
 def test_unknown_study_or_profile_is_a_user_error(store, tmp_path):

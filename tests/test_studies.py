@@ -298,6 +298,31 @@ def test_a_bad_only_rows_is_one_sentence(only, needle, tmp_path, capsys):
     assert "profiles.tiny.only_rows" in err and needle in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("prof, needle", [("skip_rows: [bgi]", "'bgi' names no row of the study (did you mean big?)"),
+                                          ("skip_rows: [base, big]", "leaves no row to run"),
+                                          ("skip_rows: big", "must be a list"),
+                                          ("only_rows: [base]\n    skip_rows: [big]", "not both")])
+def test_a_bad_skip_rows_is_one_sentence(prof, needle, tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}, big: {d_model: 1024}}\n"
+                                        f"profiles:\n  tiny:\n    {prof}\n")
+    assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "profiles.tiny.skip_rows" in err and needle in err and len(err.splitlines()) == 1
+
+
+def test_table3s_paper_profiles_skip_dbase_and_the_tiny_one_trains_it_on_the_d_rows_data():
+    """Dbase is the base on the dropout rows' training set: the tiny profile trains it on D1's 2,000 pairs; the
+    paper and gpu profiles, whose D rows use the base's data, skip it (it would train exactly as the base),
+    and asking for it there is refused in one sentence."""
+    tiny = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
+    assert tiny["Dbase"].data["train_pairs"] == tiny["D1"].data["train_pairs"] == 2000 != tiny["base"].data["train_pairs"]
+    assert tiny["Dbase"].model == tiny["base"].model and tiny["Dbase"].config_hash != tiny["base"].config_hash
+    for profile in ("paper", "gpu"):
+        assert "Dbase" not in {t.row for t in load_study(ROOT / "studies" / "table3.yaml", profile).trials}
+        with pytest.raises(UserError, match="does not run row 'Dbase' .*skip_rows Dbase"):
+            load_study(ROOT / "studies" / "table3.yaml", profile, ["Dbase"])
+
+
 def test_only_rows_is_not_inherited_through_include(tmp_path):
     """Like `rows`, an included profile's only_rows names the other study's rows: the including study runs all
     of its own rows unless it says otherwise."""

@@ -112,8 +112,8 @@ def load_claims() -> tuple[Claim, ...]:
         if claim.expect == "equivalent" and not claim.margin > 0:
             raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
         for side in (claim.a, claim.b):
-            if not (isinstance(side, str) or (isinstance(side, dict) and list(side) == ["best"])):
-                raise ValueError(f"{where}: a and b must be a row or {{best: [rows]}}")
+            if not (isinstance(side, str) or (isinstance(side, dict) and list(side) in (["best"], ["first"]))):
+                raise ValueError(f"{where}: a and b must be a row, {{best: [rows]}} or {{first: [rows]}}")
         out.append(claim)
     ids = [c.id for c in out]
     if len(set(ids)) != len(ids):
@@ -144,6 +144,9 @@ def _side(spec, values: dict[str, dict[int, float]], better: str) -> tuple[str |
     """The row a side of a claim stands for, and how it was chosen."""
     if isinstance(spec, str):
         return (spec if spec in values else None), spec
+    if "first" in spec:
+        row = next((r for r in spec["first"] if r in values), None)
+        return row, f"{row}" if row else "first of " + ", ".join(spec["first"])
     rows = [r for r in spec["best"] if r in values]
     if not rows:
         return None, "best of " + ", ".join(spec["best"])

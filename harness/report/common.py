@@ -35,22 +35,23 @@ _PROVENANCE = "**Provenance:**"   # the line the index copies from each report
 
 # ------------------------------------------------------------------------------------------ reading
 
-def load_results(study: str, uri: str | None = None, profile: str | None = None) -> dict:
-    """The latest invocation of `study` as tracking.study_results gives it; a UserError when absent."""
+def load_results(study: str, uri: str | None = None, profile: str | None = None, variant: str = "") -> dict:
+    """The latest invocation of `study` (of name `variant`, `run --name`) as tracking.study_results gives
+    it; a UserError when absent."""
     uri = uri or tracking.tracking_uri()
     tracking.require_store(uri)
     try:
-        results = tracking.study_results(uri, study, profile)
+        results = tracking.study_results(uri, study, profile, variant)
     except UserError:
         raise
     except Exception as err:  # an unreachable server, an unreadable file: one sentence, not a stack
         raise UserError(f"cannot read the MLflow tracking store {uri} ({type(err).__name__}: "
                         f"{str(err).splitlines()[0][:200] if str(err) else ''}); start it or point "
                         "MLFLOW_TRACKING_URI elsewhere.") from None
-    which = f"study {study}" + (f" with profile {profile}" if profile else "")
+    which = f"study {study}" + (f" with profile {profile}" if profile else "") + (f" named {variant}" if variant else "")
     if results is None:
         raise UserError(f"no runs of {which} in {uri}; run `python -m harness run studies/{study}.yaml"
-                        f"{f' --profile {profile}' if profile else ''}` first.")
+                        f"{f' --profile {profile}' if profile else ''}{f' --name {variant}' if variant else ''}` first.")
     if results["runs"].empty:
         raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
                         "yet; let it run or resume it with `python -m harness run ... --resume`.")

@@ -28,6 +28,15 @@ KNOBS = [("heads (A)", ("A1", "A2", "A3", "A4"), "h"), ("d_k (B)", ("B1", "B2"),
          ("depth (C1-C3)", ("C1", "C2", "C3"), "N"), ("width (C4, C5)", ("C4", "C5"), "d_model"),
          ("d_ff (C6, C7)", ("C6", "C7"), "d_ff"), ("dropout (D1, D2)", ("D1", "D2"), "P_drop"),
          ("label smoothing (D3, D4)", ("D3", "D4"), "eps_ls")]
+# Rows compared with another row than the base, where that row ran: the dropout rows with Dbase, the base
+# trained on their own (in the tiny profile smaller) training set.
+REFERENCE = {"D1": "Dbase", "D2": "Dbase"}
+
+
+def reference(row: str, present) -> str:
+    """The row that `row` is measured against: its REFERENCE where that ran, else the base."""
+    ref = REFERENCE.get(row)
+    return ref if ref in present else "base"
 
 
 def paper_table(parent: dict, study: str) -> dict | None:
@@ -58,8 +67,10 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
     table = pd.DataFrame.from_records(records)
     table["changes"] = _changes(table)
     table = table.drop(columns="_params")
+    present = set(table["row"])
     for name, key in METRICS.items():   # deltas against base, seed by seed: the comparison that survives the scale
-        table[f"delta_{name}"], table[f"delta_{name}_ci"] = zip(*(_paired_delta(runs, row, key) for row in table["row"]))
+        table[f"delta_{name}"], table[f"delta_{name}_ci"] = zip(*(_paired_delta(runs, row, key, reference(row, present))
+                                                                  for row in table["row"]))
     if paper:
         p = pd.DataFrame.from_dict(paper_rows, orient="index")
         for ours, theirs in (("paper_ppl", "ppl"), ("paper_bleu", "bleu"), ("paper_params_M", "params")):
@@ -71,9 +82,10 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
     return table[[c for c in table.columns if c not in notes] + notes]
 
 
-def _paired_delta(runs: pd.DataFrame, row: str, key: str) -> tuple[float, float]:
-    """(mean, 95 % half-width) of row - base over the seeds both FINISHED; the half-width is NaN for one seed."""
-    if row == "base":
+def _paired_delta(runs: pd.DataFrame, row: str, key: str, ref: str = "base") -> tuple[float, float]:
+    """(mean, 95 % half-width) of row - ref (the base) over the seeds both FINISHED; the half-width is NaN for
+    one seed."""
+    if row == ref:
         return 0.0, float("nan")
     done = runs[runs["status"] == "FINISHED"]
     col = f"metrics.{key}"
@@ -81,7 +93,7 @@ def _paired_delta(runs: pd.DataFrame, row: str, key: str) -> tuple[float, float]
         return float("nan"), float("nan")
     by_seed = lambda r: dict(zip(done.loc[done["row"] == r, "tags.seed"].astype(int),   # noqa: E731
                                  pd.to_numeric(done.loc[done["row"] == r, col], errors="coerce")))
-    a, b = by_seed(row), by_seed("base")
+    a, b = by_seed(row), by_seed(ref)
     mean, low, _, _ = claims.interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
     return mean, mean - low
 
@@ -128,7 +140,7 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
                   "(`dev_ppl_last`), so averaging does not pass for training.", ""]
     lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
               "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) "
-              "over the seeds both finished, ± its own 95 % half-width. Architecture columns are the values "
+              "(D1 and D2: row - Dbase, the base on their training set, where it ran) over the seeds both finished, ± its own 95 % half-width. Architecture columns are the values "
               "actually run (from each trial's params).", ""]
     head = ["row", *ARCH_COLUMNS, "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok"]
     if paper:
@@ -169,7 +181,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
     """One column of panels per Table 3 knob group present (BLEU above, PPL below), ours on the left axis
     and the paper's on a right axis: their scales differ, their slopes are what compare."""
     present = set(table["row"])
-    groups = [(title, [r for r in ("base", *rows) if r in present], col)
+    groups = [(title, [r for r in (reference(rows[0], present), *rows) if r in present], col)
               for title, rows, col in KNOBS if present & set(rows)]
     if not groups:   # no knob rows (e.g. modern.yaml): bars per row
         fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))

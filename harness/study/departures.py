@@ -35,10 +35,14 @@ def departures(study) -> list[dict]:
     if study.kind != "train" or study.profile == "paper":
         return []
     try:
-        paper = load_study(study.path, "paper", list(study.rows), [study.seeds[0]])
+        paper = load_study(study.path, "paper", None, [study.seeds[0]])
     except UserError:
         return []
-    theirs = {t.row: _flat(t) for t in paper.trials}
+    theirs = {t.row: _flat(t) for t in paper.trials if t.row in study.rows}
+    if "base" in {t.row for t in paper.trials}:
+        # A row the paper profile skips (table3's Dbase: there it would train as the base) is the base there.
+        paper_base = next(_flat(t) for t in paper.trials if t.row == "base")
+        theirs.update({r: dict(paper_base) for r in study.rows if r not in theirs})
     for trial in study.trials:      # the made-up corpus's own settings mean nothing for the paper's WMT
         if trial.row in theirs and trial.data.get("name", "synth") == "synth" != theirs[trial.row]["data.name"]:
             theirs[trial.row].update({f"data.{k}": None for k in SYNTH_ONLY})

@@ -27,7 +27,7 @@ from harness.study.departures import departures_tag
 from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware, versions
-from harness.tracking import StudyTracking, share_view, tracking_uri
+from harness.tracking import VARIANT_TAG, StudyTracking, share_view, tracking_uri
 from harness.trial import Trial
 
 
@@ -207,7 +207,8 @@ def run_study(args) -> int:
     if args.address or os.environ.get("RAY_ADDRESS"):
         _check_ray_address(args.address or os.environ["RAY_ADDRESS"])
     tracking = StudyTracking(uri, study.name)
-    parent = tracking.latest_parent(study.profile, study.version) if args.resume else None
+    name = getattr(args, "name", "") or ""
+    parent = tracking.latest_parent(study.profile, study.version, name) if args.resume else None
     todo = _todo(tracking, study, parent, args.resume)
     if not todo:
         _summary(tracking, parent.info.run_id, study)
@@ -218,7 +219,7 @@ def run_study(args) -> int:
     t_start = time.perf_counter()
     sha, dirty = git_state()
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
-            "git_dirty": dirty, "hardware": hardware(), **versions()}
+            "git_dirty": dirty, "hardware": hardware(), **versions(), **({VARIANT_TAG: name} if name else {})}
     parent_id, run_dir = _open_parent(tracking, study, parent, tags, args.runs_dir, len(todo))
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
@@ -234,7 +235,7 @@ def run_study(args) -> int:
             tracking.end_parent(parent_id, "KILLED", {}, {})
         raise
     return _close(tracking, parent_id, study, results, interrupted, concurrency, ray_seconds,
-                  time.perf_counter() - t_start)
+                  time.perf_counter() - t_start, name)
 
 
 def _selection(args) -> tuple[list[str] | None, list[int] | None]:
@@ -287,7 +288,7 @@ def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs
 
 
 def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[dict], interrupted: bool,
-           concurrency: int, ray_seconds: float, wall: float) -> int:
+           concurrency: int, ray_seconds: float, wall: float, name: str = "") -> int:
     """Account for the time, end the parent run (KILLED when interrupted, FAILED when a trial failed) and
     say what to do next; the exit status."""
     done, failed = _summary(tracking, parent_id, study)
@@ -300,15 +301,16 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
     if interrupted:
         tracking.mark_unfinished(parent_id)
         tracking.end_parent(parent_id, "KILLED", {}, {"interrupted": "true"})
-        print(f"interrupted: rerun with `python -m harness run {study.path} --profile {study.profile} --resume`")
+        print(f"interrupted: rerun with `python -m harness run {study.path} --profile {study.profile}"
+              f"{f' --name {name}' if name else ''} --resume` (and the same --set, --rows and --seeds)")
         return 130
     tracking.end_parent(parent_id, "FINISHED" if not failed else "FAILED",
                         {"wall_seconds": wall, "work_seconds": cost["work"],
                          "overhead_share": cost["overhead_share"], "tail_idle_share": cost["tail_share"]},
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
-          f"`python -m harness report --study {study.name} --profile {study.profile}` writes reports/"
-          f"{'' if study.profile == 'tiny' else study.profile + '/'}{study.name}.md")
+          f"`python -m harness report --study {study.name} --profile {study.profile}{f' --name {name}' if name else ''}` "
+          f"writes reports/{'' if study.profile == 'tiny' else study.profile + '/'}{name + '/' if name else ''}{study.name}.md")
     view = share_view(tracking.uri, parent_id)
     print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/{view} (the runs "
           f"table, this invocation's trials under its parent run; after `report`, the parent run's description "

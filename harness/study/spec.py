@@ -7,7 +7,7 @@ Resolution order for a row: preset -> base -> the profile's changes to the base 
 which rows may still override, e.g. checkpoint averaging in Table 3's tiny profile) -> row -> profile scale
 -> profile settings -> the profile's own overrides of that row (`profiles.<name>.rows`, e.g. the D rows'
 smaller training set) -> `run --set`. A profile may run only some of the study's rows
-(`profiles.<name>.only_rows`, e.g. a profile for a setting some rows cannot run in); `--rows` then chooses
+(`profiles.<name>.only_rows`, e.g. a profile for a setting some rows cannot run in; or all but its `skip_rows`); `--rows` then chooses
 among those.
 Everything wrong is refused here with the file, the key and what is allowed (UserError, exit 2).
 """
@@ -37,7 +37,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
-                "seeds", "base", "rows", "only_rows"}
+                "seeds", "base", "rows", "only_rows", "skip_rows"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
@@ -184,7 +184,8 @@ def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[in
     chosen = _pick_rows(path, all_rows, rows) if rows else runs_rows
     for r in chosen:
         if r not in runs_rows:
-            raise UserError(f"{path}: profile {profile} does not run row {r!r} (its only_rows: "
+            which = "only_rows" if "only_rows" in prof else f"rows, skip_rows {', '.join(map(str, prof['skip_rows']))}"
+            raise UserError(f"{path}: profile {profile} does not run row {r!r} (its {which}: "
                             f"{', '.join(runs_rows)}); choose one of those, or another profile.")
     chosen_seeds = seeds if seeds else _profile_seeds(chk, prof, where, study_seeds)
 
@@ -222,7 +223,19 @@ def _profile_overrides(chk: _Checker, prof: dict, where: str) -> tuple[dict[str,
 
 def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list[str]:
     """The rows a profile runs, in the study's order: its `only_rows` (a non-empty list of the study's rows),
-    else all of them."""
+    else all of them but its `skip_rows` (rows that would train exactly as another row in this profile)."""
+    if "only_rows" in prof and "skip_rows" in prof:
+        chk.fail(f"{where}.skip_rows", "give only_rows or skip_rows, not both.")
+    if "skip_rows" in prof:
+        skip = prof["skip_rows"]
+        if not isinstance(skip, list):
+            chk.fail(f"{where}.skip_rows", f"must be a list of the study's rows, got {skip!r}.")
+        for r in skip:
+            _known_row(chk, r, f"{where}.skip_rows", all_rows)
+        kept = [str(r) for r in all_rows if r not in skip]
+        if not kept:
+            chk.fail(f"{where}.skip_rows", "leaves no row to run.")
+        return kept
     if "only_rows" not in prof:
         return [str(r) for r in all_rows]
     only = prof["only_rows"]
@@ -234,7 +247,7 @@ def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list
 
 
 def _known_row(chk: _Checker, row, where: str, all_rows: dict) -> None:
-    """A profile's reference to a row (rows, only_rows) must name one of the study's rows."""
+    """A profile's reference to a row (rows, only_rows, skip_rows) must name one of the study's rows."""
     if row not in all_rows:
         chk.fail(where, f"{row!r} names no row of the study{suggest(str(row), all_rows)}; its rows: "
                         f"{', '.join(map(str, all_rows))}.")
@@ -287,7 +300,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
     """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
     relative to this one; it may include in turn) is the start, and this profile's own settings are laid
     over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole).
-    The included profile's `rows` and `only_rows` are left behind: they name rows of the other study."""
+    The included profile's `rows`, `only_rows` and `skip_rows` are left behind: they name rows of the other study."""
     if "include" not in prof:
         return prof
     ref = prof["include"]
@@ -311,6 +324,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
                             (*seen, chk.path.resolve())))
     merged.pop("rows", None)    # a profile's overrides of single rows belong to its own study's rows
     merged.pop("only_rows", None)
+    merged.pop("skip_rows", None)
     for key, value in prof.items():
         if key == "include":
             continue
