@@ -126,17 +126,21 @@ def _torchrun_ranks(device: str):
 
 def _cmd_evaluate(args) -> int:
     from harness.train.rescore import rescore
-    metrics = rescore(args.run_dir, args.data, args.split, args.device)
+    if args.checkpoint is not None and args.checkpoint < 0:
+        raise UserError(f"--checkpoint {args.checkpoint}: give the step of a checkpoint the run kept (checkpoints/step_N.pt).")
+    metrics = rescore(args.run_dir, args.data, args.split, args.device, args.checkpoint, args.constrained)
     where = f"{Path(args.data).resolve().name}/{args.split}"
     run_id = None
     if not args.no_log:
         from harness.tracking import log_evaluation
-        run_id = log_evaluation(args.run_dir, where, metrics)
+        run_id = log_evaluation(args.run_dir, where, metrics, args.checkpoint)
     if args.json:
         print(json.dumps({**metrics, "mlflow_run_id": run_id}))
         return 0
     s = args.split
-    rows = [("sentences", f"{metrics[f'{s}_sentences']}"), ("checkpoints averaged", f"{metrics[f'{s}_checkpoints_averaged']}"),
+    rows = [("sentences", f"{metrics[f'{s}_sentences']}"),
+            ("checkpoint", f"step {args.checkpoint}") if args.checkpoint is not None else
+            ("checkpoints averaged", f"{metrics[f'{s}_checkpoints_averaged']}"),
             ("PPL", f"{metrics[f'{s}_ppl']:.3f}")]
     names = {"bleu": "BLEU (sacreBLEU)", "bleu_tok": "BLEU (tokenized, the paper's)", "bleu_tok_lc": "BLEU tok lc",
              "f1": "F1 (EVALB)", "f1_constrained": "F1 under the tree constraint", "well_formed": "outputs that are trees (%)"}
@@ -147,7 +151,8 @@ def _cmd_evaluate(args) -> int:
         print(f"  {k:<{width}}  {v}")
     if f"{s}_bleu" in metrics:
         print(f"  {'signature':<{width}}  {metrics['sacrebleu_signature']}")
-    print(f"logged to MLflow run {run_id} under eval/{where.rsplit('/', 1)[0]}/" if run_id else
+    print(f"logged to MLflow run {run_id} under eval/{where.rsplit('/', 1)[0]}/"
+          f"{'checkpoint/ at step ' + str(args.checkpoint) if args.checkpoint is not None else ''}" if run_id else
           "not logged: the run directory is not a study trial's (no mlflow_run.json)" if not args.no_log else
           "not logged (--no-log)")
     return 0
@@ -307,6 +312,11 @@ def _add_evaluate(sub) -> None:
     ev.add_argument("run_dir", type=Path, help="a finished run: a study trial's directory or `train --out`")
     ev.add_argument("--data", required=True, type=Path, help="a prepared data directory (`data prepare ...`)")
     ev.add_argument("--split", default="test", help="test (default), dev, or a named test set such as test_2017_flickr")
+    ev.add_argument("--checkpoint", default=None, type=int, metavar="STEP",
+                    help="score the run's checkpoint of this step (as kept in checkpoints/) instead of its final weights")
+    ev.add_argument("--constrained", action="store_true",
+                    help="parsing: also decode under the tree constraint (F1 beside the paper's search + repair), "
+                         "even where the run did not")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--no-log", action="store_true", help="print only; do not log to the trial's MLflow run")
     ev.add_argument("--json", action="store_true")

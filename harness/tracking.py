@@ -405,12 +405,14 @@ def trial_progress(uri: str, experiment_id: str, parent_id: str) -> dict[str, di
     return out
 
 
-def log_evaluation(run_dir: Path, where: str, metrics: dict[str, Any]) -> str | None:
+def log_evaluation(run_dir: Path, where: str, metrics: dict[str, Any], checkpoint: int | None = None) -> str | None:
     """Log a later evaluation of a finished trial (`python -m harness evaluate`) to the trial's own child
     run, under `eval/<data directory>/` so that it never overwrites what the trial logged itself: numbers as
     metrics (eval/multi30k-en-de/test_2017_flickr_bleu, ...), strings as tags, and the tag
     `evaluated_splits` listing every <data directory>/<split> scored so. Returns the run id, or None when
-    the directory is not a study trial's (a `harness train` run has no MLflow run)."""
+    the directory is not a study trial's (a `harness train` run has no MLflow run). One checkpoint's scores
+    (`evaluate --checkpoint STEP`) go under `eval/<data directory>/checkpoint/` at that step, a curve beside
+    the final weights' scores."""
     pointer = Path(run_dir) / RUN_POINTER
     if not pointer.is_file():
         return None
@@ -418,10 +420,12 @@ def log_evaluation(run_dir: Path, where: str, metrics: dict[str, Any]) -> str | 
     client = MlflowClient(ids["tracking_uri"])
     run = client.get_run(ids["run_id"])
     data_name, split = where.rsplit("/", 1)
-    splits = sorted(set(filter(None, run.data.tags.get("evaluated_splits", "").split(","))) | {where})
-    now, prefix = int(time.time() * 1000), f"eval/{data_name}/"
+    label = where if checkpoint is None else f"{where}@{checkpoint}"
+    splits = sorted(set(filter(None, run.data.tags.get("evaluated_splits", "").split(","))) | {label})
+    now = int(time.time() * 1000)
+    prefix = f"eval/{data_name}/" if checkpoint is None else f"eval/{data_name}/checkpoint/"
     client.log_batch(ids["run_id"],
-                     metrics=[Metric(prefix + k, float(v), now, 0) for k, v in metrics.items()
+                     metrics=[Metric(prefix + k, float(v), now, checkpoint or 0) for k, v in metrics.items()
                               if isinstance(v, (int, float)) and not isinstance(v, bool)],
                      tags=[RunTag(prefix + k, str(v)[:5000]) for k, v in metrics.items() if isinstance(v, str)]
                      + [RunTag("evaluated_splits", ",".join(splits))])

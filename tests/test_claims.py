@@ -191,3 +191,30 @@ def test_first_of_rows_reads_the_first_that_ran():
     got = verdict(c, {k: v for k, v in both.items() if k != "Dbase"})
     assert got["a_row"] == "base" and got["verdict"] == "contradicted"
     assert verdict(c, {"D1": both["D1"]})["verdict"] == "not run"
+
+
+def test_a_verdict_that_holds_still_says_what_it_rests_on():
+    """The why column is filled for every verdict: a claim that holds gives its interval, a row of it still
+    improving, and the departures under which its rows compare otherwise than in the paper (the D rows'
+    smaller training set against the base's; not widths scaled alike for every row)."""
+    from harness.report.common import _claim_why, claim_departures, row_departures
+    import json as _json
+    tags = {"departures": _json.dumps([
+        {"key": "model.d_model", "values": [{"ours": 64, "paper": 512, "rows": ["base", "D1", "Dbase"]},
+                                            {"ours": 128, "paper": 1024, "rows": ["big"]}]},
+        {"key": "train.steps", "values": [{"ours": 1600, "paper": 100000, "rows": ["base", "D1", "Dbase"]},
+                                          {"ours": 1600, "paper": 300000, "rows": ["big"]}]},
+        {"key": "data.train_pairs", "values": [{"ours": 20000, "paper": None, "rows": ["base", "big"]},
+                                               {"ours": 2000, "paper": None, "rows": ["D1", "Dbase"]}]}])}
+    deps = row_departures(tags)
+    assert claim_departures(["Dbase", "D1"], deps) == [
+        "`data.train_pairs`: Dbase 2000 (paper –), D1 2000 (paper –), base 20000 (paper –)"]
+    # big given the base's steps where the paper gives it 3x: that changes how big compares; widths / 8 do not
+    assert claim_departures(["big", "base"], deps) == ["`train.steps`: big 1600 (paper 300000), base 1600 (paper 100000)"]
+    c = {"verdict": "holds", "expect": "better", "n": 3, "diff": 0.3, "low": 0.2, "high": 0.4, "a_row": "Dbase",
+         "b_row": "D1", "margin": 0.0, "claim": _claim(a="Dbase", b="D1")}
+    diag = {"Dbase": {"ppl": 1.7, "drop": 0.2, "span": (1200, 1600), "rose": 0, "seeds": 3}, "D1": {"ppl": 2.4, "drop": 0.0}}
+    why = _claim_why(c, diag, deps)
+    assert why.startswith("the interval [+0.200, +0.400] of the paired difference +0.300 lies above 0")
+    assert "it rests on Dbase, which was still improving: dev PPL -20 % from step 1200 to 1600" in why
+    assert "it rests on departures from the paper that change how its rows compare: `data.train_pairs`" in why

@@ -296,6 +296,36 @@ def test_evaluate_scores_the_final_averaged_weights_as_the_run_did(tmp_path, cap
     assert out["mlflow_run_id"] is None           # a `train` run has no MLflow run to log to
 
 
+def test_evaluate_one_checkpoint_scores_those_weights_alone(tmp_path, capsys):
+    """--checkpoint STEP: the weights of that kept checkpoint, not the final average (a point of a learning
+    curve, scored on dev); a step the run did not keep is one sentence naming the steps it kept."""
+    import torch
+    from harness.train.checkpoint import average_checkpoints
+    from harness.train.rescore import final_weights, rescore
+    _, run, data = _tiny_run(tmp_path)
+    weights, paths = final_weights(run, 2, checkpoint=4)
+    assert [p.name for p in paths] == ["step_00000004.pt"]
+    assert all(torch.equal(weights[k], v) for k, v in average_checkpoints(paths).items())
+    final, _ = final_weights(run, 2)
+    assert any(not torch.equal(final[k], weights[k]) for k in final)     # the average of steps 4 and 6 differs
+    got = rescore(run, data, "dev", checkpoint=4)
+    assert got["dev_checkpoint_step"] == 4 and got["dev_checkpoints_averaged"] == 1
+    code = main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--checkpoint", "2", "--no-log"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "kept no checkpoint of that step; it kept steps 4, 6" in err
+
+
+def test_evaluate_constrained_asks_for_the_tree_constraint_even_where_the_run_did_not(tmp_path, monkeypatch):
+    import harness.train.rescore as rescore_mod
+    _, run, data = _tiny_run(tmp_path)
+    seen = []
+    real = rescore_mod.evaluate
+    monkeypatch.setattr(rescore_mod, "evaluate", lambda *a, **kw: seen.append(kw["constrained"]) or real(*a, **kw))
+    assert main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--no-log", "--json"]) == 0
+    assert main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--no-log", "--json", "--constrained"]) == 0
+    assert seen == [False, True]
+
+
 @pytest.mark.parametrize("case,needle", [
     ("no_run", "no config.json"),
     ("no_split", "has no test_2018_flickr.src/test_2018_flickr.tgt"),
@@ -331,3 +361,10 @@ def test_evaluate_logs_to_the_trials_child_run_without_touching_its_own_metrics(
     assert data.metrics["eval/multi30k-en-de/test_2017_flickr_bleu"] == 25.0
     assert data.tags["evaluated_splits"] == "multi30k-en-de/test,multi30k-en-de/test_2017_flickr"
     assert log_evaluation(tmp_path, "x/test", {}) is None          # not a trial's directory
+    # One checkpoint's scores: a curve under eval/<data>/checkpoint/, by step, beside the final weights' scores
+    log_evaluation(tmp_path / "trial", "multi30k-en-de/dev", {"dev_bleu": 20.0}, checkpoint=400)
+    log_evaluation(tmp_path / "trial", "multi30k-en-de/dev", {"dev_bleu": 24.0}, checkpoint=800)
+    history = client.get_metric_history(run_id, "eval/multi30k-en-de/checkpoint/dev_bleu")
+    assert sorted((m.step, m.value) for m in history) == [(400, 20.0), (800, 24.0)]
+    assert "multi30k-en-de/dev@800" in client.get_run(run_id).data.tags["evaluated_splits"]
+    assert client.get_run(run_id).data.metrics["eval/multi30k-en-de/test_bleu"] == 28.5

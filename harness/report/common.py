@@ -254,26 +254,78 @@ def regime_note(row: str, diag: dict[str, dict]) -> str:
     return ""
 
 
-def _claim_why(c: dict, diag: dict[str, dict]) -> str:
-    """What in the run's numbers explains a claim that does not hold (generated, never written by hand)."""
-    if c["verdict"] == "holds":
-        return ""
+def row_departures(tags: dict) -> dict[str, dict[str, tuple]]:
+    """The parent's `departures` tag as {setting: {row: (ours, paper)}} (rows that keep the paper's value
+    are absent)."""
+    try:
+        items = json.loads(tags.get("departures", "[]"))
+    except ValueError:
+        return {}
+    return {d["key"]: {row: (v["ours"], v["paper"]) for v in d["values"] for row in v["rows"]} for d in items}
+
+
+def _departs_unlike(x: tuple | None, y: tuple | None) -> bool:
+    """Whether two rows stand to each other otherwise than in the paper on one setting: x and y are each
+    row's (ours, paper), None where the row keeps the paper's value. Numbers scaled by the same factor (widths
+    / 8, big's steps 3x the base's) keep their relation; a value changed for one row and not the other does not."""
+    if x is None or y is None:
+        return (x is None) != (y is None)
+    (o1, p1), (o2, p2) = x, y
+    nums = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (o1, p1, o2, p2))
+    if nums and p1 and p2:
+        return not math.isclose(o1 / p1, o2 / p2, rel_tol=1e-6)
+    return (o1 == o2) != (p1 == p2)
+
+
+def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]]) -> list[str]:
+    """The departures a comparison of `rows` rests on: settings on which the claim's rows (or either of them
+    and the base) stand to each other otherwise than in the paper, e.g. the tiny profile's D rows trained on
+    2,000 pairs against the base's 20,000, or a big row given the base's steps where the paper gives it 3x."""
+    shown = list(dict.fromkeys([*rows, "base"]))
+    out = []
+    for key, by_row in deps.items():
+        pairs = [(r, q) for i, r in enumerate(shown) for q in shown[i + 1:]]
+        if any(_departs_unlike(by_row.get(r), by_row.get(q)) for r, q in pairs if r in rows or q in rows):
+            cells = [f"{r} {_value(by_row[r][0])} (paper {_value(by_row[r][1])})" if r in by_row else f"{r} as the paper"
+                     for r in shown]
+            out.append(f"`{key}`: {', '.join(cells)}")
+    return out
+
+
+def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None) -> str:
+    """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
+    margin, and what the verdict rests on, even where it holds: a row still improving or near the plateau,
+    a row that did not over-fit where the claim is about over-fitting, and the departures from the paper
+    under which its rows stand to each other otherwise than in the paper (`deps`, from row_departures)."""
     if c["verdict"] == "not run":
         return "its rows were not run in this invocation"
     if c["expect"] == "value":
         off = f"{c['a_row']} measured {c['a_mean']:.2f}, {abs(c['diff']):.2f} from {c['b_mean']:g}"
+        if c["verdict"] == "holds":
+            return f"{off}: within ±{c['margin']:g}"
         return (f"{off}: outside ±{c['margin']:g}; the row's notes in the table above say where its fit parts "
                 "from the formula" if c["verdict"] == "contradicted" else
                 f"{off}: its interval over seeds is neither inside nor wholly outside ±{c['margin']:g}")
     notes = []
     if c["n"] < 2:
         notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
+    elif c["verdict"] == "holds":
+        notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
+                     + ("lies above 0" if c["expect"] == "better" else f"lies inside ±{c['margin']:g}"))
+    rests = "it rests on " if c["verdict"] == "holds" else ""
     for row in dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r):
         d = diag.get(row, {})
         if regime_note(row, diag):
-            notes.append(f"{row} was {regime_note(row, diag)}")
+            notes.append(f"{rests}{row}, which was {regime_note(row, diag)}" if rests else
+                         f"{row} was {regime_note(row, diag)}")
         if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
             notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
+    rows = [r for r in (c["a_row"], c["b_row"]) if r]
+    if deps and rows:
+        moved = claim_departures(rows, deps)
+        if moved:
+            notes.append(f"{'it rests on ' if rests else ''}departures from the paper that change how its rows "
+                         f"compare: {'; '.join(moved)}")
     if c["n"] >= 2 and c["verdict"] == "inconclusive":
         if c["expect"] == "better":
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
@@ -287,13 +339,15 @@ def _claim_why(c: dict, diag: dict[str, dict]) -> str:
     return "; ".join(notes)
 
 
-def claims_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
+def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None = None) -> list[str]:
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
-    paper's sentence and numbers, ours with the seed-paired interval, and the computed verdict."""
+    paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
+    invocation's `parent`, the departures that set a claim's row apart)."""
     checked = claims.check_claims(study, runs)
     if not checked:
         return []
     diag = row_diagnostics(runs, uri)
+    deps = row_departures(parent["tags"]) if parent else {}
     counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
     lines = ["## Claims", "",
              f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
@@ -327,7 +381,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
         elif claim.expect == "value":
             diff += f", tolerance ±{claim.margin:g}"
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
-                 _claim_why(c, diag)]
+                 _claim_why(c, diag, deps)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return lines + [""]
 

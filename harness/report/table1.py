@@ -245,4 +245,4 @@ def write_table1(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
              plot_table1_time(study, table, curves, "d", out_dir / f"{study}_time_vs_d.png"),
              plot_table1_paths(study, table, curves, out_dir / f"{study}_path_length.png")]
     return write_files(study, out_dir, render_table1(study, results, table), table, plots,
-                  claims_section(study, results["runs"], uri))
+                  claims_section(study, results["runs"], uri, results["parent"]))

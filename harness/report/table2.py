@@ -256,4 +256,4 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     plots = [plot_table2_bleu_vs_cost(study, table, out_dir / f"{study}_bleu_vs_cost.png"),
              plot_table2_utilization(study, table, costs, out_dir / f"{study}_utilization.png")]
     return write_files(study, out_dir, render_table2(study, results, table, costs), table, plots,
-                  claims_section(study, results["runs"], uri))
+                  claims_section(study, results["runs"], uri, results["parent"]))

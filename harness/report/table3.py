@@ -227,6 +227,6 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
-                                                               claims_section(study, runs, uri),
+                                                               claims_section(study, runs, uri, results["parent"]),
                                                                row_diagnostics(runs, uri)))
     return [md, csv, *plots]

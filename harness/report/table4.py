@@ -110,7 +110,7 @@ def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table = summarize_table4(runs, declared_rows(results["parent"]))
     plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png"),
              plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
-    return write_files(study, out_dir, render_table4(study, results, table), table, plots, claims_section(study, runs, uri))
+    return write_files(study, out_dir, render_table4(study, results, table), table, plots, claims_section(study, runs, uri, results["parent"]))
 
 
 # The paper table (the parent's `table` tag) -> its writer: (study, results, uri, out_dir) -> [md, csv, *pngs].

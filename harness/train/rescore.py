@@ -41,13 +41,21 @@ def _run_config(run_dir: Path) -> tuple[TransformerConfig, TrainConfig, DataConf
         raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness wrote.") from None
 
 
-def final_weights(run_dir: Path, average_last: int) -> tuple[dict[str, torch.Tensor], list[Path]]:
-    """The run's final weights: the mean of its last `average_last` checkpoints (at least the last one)."""
-    paths = list_checkpoints(run_dir / "checkpoints")[-max(average_last, 1):]
-    if not paths:
+def final_weights(run_dir: Path, average_last: int, checkpoint: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
+    """The run's final weights: the mean of its last `average_last` checkpoints (at least the last one); or
+    the one checkpoint of step `checkpoint`, as the run kept it (a learning curve's point, scored on dev)."""
+    kept = list_checkpoints(run_dir / "checkpoints")
+    if not kept:
         raise UserError(f"{run_dir}: no checkpoints/step_*.pt; the run has not saved its weights yet.")
     if not (run_dir / "metrics.json").is_file():
         raise UserError(f"{run_dir}: no metrics.json, so the run has not finished; evaluate it when it has.")
+    if checkpoint is not None:
+        paths = [p for p in kept if p.name == f"step_{checkpoint:08d}.pt"]
+        if not paths:
+            steps = ", ".join(str(int(p.stem[len("step_"):])) for p in kept)
+            raise UserError(f"--checkpoint {checkpoint}: {run_dir} kept no checkpoint of that step; it kept steps {steps}.")
+        return average_checkpoints(paths), paths
+    paths = kept[-max(average_last, 1):]
     return average_checkpoints(paths), paths
 
 
@@ -84,12 +92,15 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
     return Split(src, tgt, data), suffix if suffix in ("de", "fr") else "de"
 
 
-def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto") -> dict:
-    """Metrics of the run's final weights on `split` of `data_dir`, keyed `{split}_ppl`, `{split}_bleu`,
-    `{split}_bleu_tok`, `{split}_bleu_tok_lc` (translation) or `{split}_f1` ... (parsing)."""
+def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto",
+            checkpoint: int | None = None, constrained: bool = False) -> dict:
+    """Metrics of the run's final weights (or of its checkpoint of step `checkpoint`) on `split` of
+    `data_dir`, keyed `{split}_ppl`, `{split}_bleu`, `{split}_bleu_tok`, `{split}_bleu_tok_lc` (translation)
+    or `{split}_f1` ... (parsing; `{split}_f1_constrained` too where the run decoded under the tree
+    constraint or `constrained` asks for it)."""
     run_dir, data_dir = Path(run_dir), Path(data_dir)
     model_cfg, train_cfg, data_cfg = _run_config(run_dir)
-    weights, paths = final_weights(run_dir, train_cfg.average_last)
+    weights, paths = final_weights(run_dir, train_cfg.average_last, checkpoint)
     tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
@@ -101,7 +112,9 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     metrics, _ = evaluate(model, tokenizer, data, dev, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
                           bleu_sentences=None, autocast=autocast_for(dev, train_cfg.amp),
-                          constrained=train_cfg.constrained, lang=lang, moses=str(train_cfg.bleu_moses))
+                          constrained=train_cfg.constrained or constrained, lang=lang, moses=str(train_cfg.bleu_moses))
     metrics[f"{split}_sentences"] = len(data.data)
     metrics[f"{split}_checkpoints_averaged"] = len(paths)
+    if checkpoint is not None:
+        metrics[f"{split}_checkpoint_step"] = checkpoint
     return metrics
