@@ -218,3 +218,5 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
     assert why.startswith("the interval [+0.200, +0.400] of the paired difference +0.300 lies above 0")
     assert "it rests on Dbase, which was still improving: dev PPL -20 % from step 1200 to 1600" in why
     assert "it rests on departures from the paper that change how its rows compare: `data.train_pairs`" in why
+    # A study without a base row (Table 4): only its own rows are compared
+    assert claim_departures(["Dbase", "D1"], deps, with_base=False) == []

@@ -287,27 +287,20 @@ def test_rows_outside_a_profiles_only_rows_are_refused_in_one_sentence(tmp_path,
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("only, needle", [("[base, bgi]", "'bgi' names no row of the study (did you mean big?)"),
-                                          ("[]", "must be a non-empty list"),
-                                          ("base", "must be a non-empty list")])
-def test_a_bad_only_rows_is_one_sentence(only, needle, tmp_path, capsys):
-    (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}, big: {d_model: 1024}}\n"
-                                        f"profiles:\n  tiny:\n    only_rows: {only}\n")
-    assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "profiles.tiny.only_rows" in err and needle in err and len(err.splitlines()) == 1
-
-
-@pytest.mark.parametrize("prof, needle", [("skip_rows: [bgi]", "'bgi' names no row of the study (did you mean big?)"),
+@pytest.mark.parametrize("prof, needle", [("only_rows: [base, bgi]", "'bgi' names no row of the study (did you mean big?)"),
+                                          ("only_rows: []", "must be a non-empty list"),
+                                          ("only_rows: base", "must be a non-empty list"),
+                                          ("skip_rows: [bgi]", "'bgi' names no row of the study (did you mean big?)"),
                                           ("skip_rows: [base, big]", "leaves no row to run"),
                                           ("skip_rows: big", "must be a list"),
                                           ("only_rows: [base]\n    skip_rows: [big]", "not both")])
-def test_a_bad_skip_rows_is_one_sentence(prof, needle, tmp_path, capsys):
+def test_a_bad_only_rows_or_skip_rows_is_one_sentence(prof, needle, tmp_path, capsys):
     (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}, big: {d_model: 1024}}\n"
                                         f"profiles:\n  tiny:\n    {prof}\n")
     assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "profiles.tiny.skip_rows" in err and needle in err and len(err.splitlines()) == 1
+    key = "skip_rows" if "skip_rows" in prof else "only_rows"
+    assert f"profiles.tiny.{key}" in err and needle in err and len(err.splitlines()) == 1
 
 
 def test_table3s_paper_profiles_skip_dbase_and_the_tiny_one_trains_it_on_the_d_rows_data():

@@ -277,11 +277,12 @@ def _departs_unlike(x: tuple | None, y: tuple | None) -> bool:
     return (o1 == o2) != (p1 == p2)
 
 
-def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]]) -> list[str]:
+def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]], with_base: bool = True) -> list[str]:
     """The departures a comparison of `rows` rests on: settings on which the claim's rows (or either of them
     and the base) stand to each other otherwise than in the paper, e.g. the tiny profile's D rows trained on
-    2,000 pairs against the base's 20,000, or a big row given the base's steps where the paper gives it 3x."""
-    shown = list(dict.fromkeys([*rows, "base"]))
+    2,000 pairs against the base's 20,000, or a big row given the base's steps where the paper gives it 3x.
+    `with_base`: the study has a row named base."""
+    shown = list(dict.fromkeys([*rows, *(["base"] if with_base else [])]))
     out = []
     for key, by_row in deps.items():
         pairs = [(r, q) for i, r in enumerate(shown) for q in shown[i + 1:]]
@@ -292,7 +293,8 @@ def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]]) -> list
     return out
 
 
-def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None) -> str:
+def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None,
+               with_base: bool = True) -> str:
     """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
     margin, and what the verdict rests on, even where it holds: a row still improving or near the plateau,
     a row that did not over-fit where the claim is about over-fitting, and the departures from the paper
@@ -322,7 +324,7 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
             notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
     rows = [r for r in (c["a_row"], c["b_row"]) if r]
     if deps and rows:
-        moved = claim_departures(rows, deps)
+        moved = claim_departures(rows, deps, with_base)
         if moved:
             notes.append(f"{'it rests on ' if rests else ''}departures from the paper that change how its rows "
                          f"compare: {'; '.join(moved)}")
@@ -348,6 +350,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         return []
     diag = row_diagnostics(runs, uri)
     deps = row_departures(parent["tags"]) if parent else {}
+    with_base = "base" in (parent["params"].get("rows", "").split(",") if parent else runs["tags.row"].astype(str).tolist())
     counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
     lines = ["## Claims", "",
              f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
@@ -381,7 +384,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         elif claim.expect == "value":
             diff += f", tolerance ±{claim.margin:g}"
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
-                 _claim_why(c, diag, deps)]
+                 _claim_why(c, diag, deps, with_base)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return lines + [""]
 
