@@ -64,6 +64,12 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
 # The parent-run tag holding an invocation's name (`run --name corpus2`): a named invocation (typically a
 # --set variant of a profile) is reported and resumed apart from the profile's unnamed ones.
 VARIANT_TAG = "variant"
+PARENT_SEARCH = 500     # how many of a study's latest invocations are searched for one of a given name
+
+
+def _latest_named(parents: list, variant: str):
+    """The first (latest) of `parents` whose name (`run --name`) is `variant`; "" for the unnamed ones."""
+    return next((r for r in parents if r.data.tags.get(VARIANT_TAG, "") == variant), None)
 
 
 def _quote(value: str) -> str:
@@ -94,8 +100,8 @@ class StudyTracking:
         runs = self.client.search_runs(
             [self.experiment_id], f"tags.kind = '{PARENT_KIND}' and tags.profile = {_quote(profile)} "
                                   f"and tags.version = '{version}'", order_by=["attributes.start_time DESC"],
-            max_results=200)
-        return next((r for r in runs if r.data.tags.get(VARIANT_TAG, "") == variant), None)
+            max_results=PARENT_SEARCH)
+        return _latest_named(runs, variant)
 
     def children(self, parent_id: str) -> list:
         return list(self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"))
@@ -277,7 +283,7 @@ class TrialRun:
 
 def _parents(client, experiment_id: str, profile: str | None) -> list:
     where = f"tags.kind = '{PARENT_KIND}'" + (f" and tags.profile = {_quote(profile)}" if profile else "")
-    return client.search_runs([experiment_id], where, order_by=["attributes.start_time DESC"], max_results=500)
+    return client.search_runs([experiment_id], where, order_by=["attributes.start_time DESC"], max_results=PARENT_SEARCH)
 
 
 def variants(uri: str, study: str, profile: str | None = None) -> list[str]:
@@ -299,8 +305,7 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     exp = client.get_experiment_by_name(study)
     if exp is None:
         return None
-    parent = next((r for r in _parents(client, exp.experiment_id, profile)
-                   if r.data.tags.get(VARIANT_TAG, "") == variant), None)
+    parent = _latest_named(_parents(client, exp.experiment_id, profile), variant)
     if parent is None:
         return None
     mlflow.set_tracking_uri(uri)

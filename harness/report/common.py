@@ -283,10 +283,10 @@ def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]], with_ba
     2,000 pairs against the base's 20,000, or a big row given the base's steps where the paper gives it 3x.
     `with_base`: the study has a row named base."""
     shown = list(dict.fromkeys([*rows, *(["base"] if with_base else [])]))
+    pairs = [(r, q) for i, r in enumerate(shown) for q in shown[i + 1:]]     # each with a row of the claim
     out = []
     for key, by_row in deps.items():
-        pairs = [(r, q) for i, r in enumerate(shown) for q in shown[i + 1:]]
-        if any(_departs_unlike(by_row.get(r), by_row.get(q)) for r, q in pairs if r in rows or q in rows):
+        if any(_departs_unlike(by_row.get(r), by_row.get(q)) for r, q in pairs):
             cells = [f"{r} {_value(by_row[r][0])} (paper {_value(by_row[r][1])})" if r in by_row else f"{r} as the paper"
                      for r in shown]
             out.append(f"`{key}`: {', '.join(cells)}")
@@ -315,14 +315,14 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
                      + ("lies above 0" if c["expect"] == "better" else f"lies inside ±{c['margin']:g}"))
     rests = "it rests on " if c["verdict"] == "holds" else ""
-    for row in dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r):
+    rows = list(dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r))
+    for row in rows:
         d = diag.get(row, {})
         if regime_note(row, diag):
             notes.append(f"{rests}{row}, which was {regime_note(row, diag)}" if rests else
                          f"{row} was {regime_note(row, diag)}")
         if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
             notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
-    rows = [r for r in (c["a_row"], c["b_row"]) if r]
     if deps and rows:
         moved = claim_departures(rows, deps, with_base)
         if moved:

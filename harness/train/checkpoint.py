@@ -39,6 +39,15 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(ckpt_dir.glob("step_*.pt"))
 
 
+def checkpoint_path(ckpt_dir: Path, step: int) -> Path:
+    """The file of the checkpoint taken after `step` (zero-padded, so that names sort by step)."""
+    return ckpt_dir / f"step_{step:08d}.pt"
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.stem[len("step_"):])
+
+
 def latest_readable_checkpoint(ckpt_dir: Path) -> dict | None:
     """The newest checkpoint that loads. One that does not (truncated, corrupted) is renamed *.corrupt, with
     a warning, and the one before it is used; the trial then repeats the steps in between."""
@@ -88,7 +97,7 @@ class Checkpointer:
         self.last_time = time.perf_counter()
 
     def path(self, step: int) -> Path:
-        return self.dir / f"step_{step:08d}.pt"
+        return checkpoint_path(self.dir, step)
 
     def restore(self, model, opt, stream=None) -> tuple[int, dict]:
         """Load the newest readable checkpoint into model, optimizer, stream and the RNG. Returns the step

@@ -24,7 +24,7 @@ from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
 from harness.eval.evaluate import evaluate
-from harness.train.checkpoint import average_checkpoints, list_checkpoints
+from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
 from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
 
@@ -50,9 +50,9 @@ def final_weights(run_dir: Path, average_last: int, checkpoint: int | None = Non
     if not (run_dir / "metrics.json").is_file():
         raise UserError(f"{run_dir}: no metrics.json, so the run has not finished; evaluate it when it has.")
     if checkpoint is not None:
-        paths = [p for p in kept if p.name == f"step_{checkpoint:08d}.pt"]
+        paths = [p for p in kept if p == checkpoint_path(run_dir / "checkpoints", checkpoint)]
         if not paths:
-            steps = ", ".join(str(int(p.stem[len("step_"):])) for p in kept)
+            steps = ", ".join(str(checkpoint_step(p)) for p in kept)
             raise UserError(f"--checkpoint {checkpoint}: {run_dir} kept no checkpoint of that step; it kept steps {steps}.")
         return average_checkpoints(paths), paths
     paths = kept[-max(average_last, 1):]
