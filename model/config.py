@@ -46,6 +46,13 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
     pad_id: int = 0
+    # DEVIATION (not in the paper; default False, the paper's token positions): positions count words, not
+    # tokens. A source piece takes the index of its word; a target token the number of word tokens (Vinyals'
+    # XX) before it and at it, so that the decoder's position is the index of the next word to place and the
+    # cross-attention can find that word by position alone. For parsing as translation on little data
+    # (studies/table4.yaml's wsj-sample profile); the harness tells the model which pieces mark a word
+    # (`Transformer.mark_words`).
+    word_positions: bool = False
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
@@ -83,6 +90,9 @@ class TransformerConfig:
             raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
         if self.positional != "rope" and self.d_model % 2:
             raise ConfigError(f"sinusoid and learned positions need an even d_model, got {self.d_model}.")
+        if self.word_positions and self.positional == "rope":
+            raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
+                              "or learned, not rope.")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
 

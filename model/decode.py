@@ -24,10 +24,12 @@ def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None
     if not use_cache:
         return None, lambda tokens, t: model.out_proj(model.decode(tokens, memory, mask)[:, -1])
     cache = model.new_cache(rows, steps, memory)
-    if graph or (graph is None and memory.device.type == "cuda"):
+    # Word positions depend on the tokens so far, which a captured step does not see: they decode eagerly.
+    if not model.cfg.word_positions and (graph or (graph is None and memory.device.type == "cuda")):
         step = StepGraph(model, memory, mask, cache)
         return step.cache, lambda tokens, t: step(tokens[:, -1], t)
-    return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t)
+    return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t,
+                                                      model.step_positions(tokens))
 
 
 def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> torch.Tensor:

@@ -121,6 +121,10 @@ class Transformer(nn.Module):
         self.embed_drop = Dropout(cfg.p_drop)
         self.encoder = Encoder(cfg, kernel)
         self.decoder = Decoder(cfg, kernel)
+        # cfg.word_positions: the source pieces that begin a word (EOS too: one past the last word) and the
+        # target token that stands for a word; set by `mark_words`.
+        self.register_buffer("word_start", torch.zeros(cfg.vocab_size, dtype=torch.bool), persistent=False)
+        self.register_buffer("word_piece", torch.zeros(cfg.vocab_size, dtype=torch.bool), persistent=False)
         self.reset_parameters()
         if cfg.share_embeddings:
             self.out_proj.weight = self.src_embed.weight
@@ -145,10 +149,48 @@ class Transformer(nn.Module):
     # --- pieces, exposed for decoding, parity tests and probes ---
 
     def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int | torch.Tensor = 0,
-              packed: Packed | None = None) -> torch.Tensor:
-        """offset: the first position, or a 0-d tensor on the device for one token (a captured step)."""
+              packed: Packed | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """offset: the first position, or a 0-d tensor on the device for one token (a captured step).
+        positions: each token's position (B, T) instead (cfg.word_positions)."""
         x = table(tokens) * self.cfg.d_model ** 0.5                         # (B, T, d_model)
-        return self.embed_drop(self.positions(x, offset, packed.pos if packed is not None else None))
+        if positions is None and packed is not None:
+            positions = packed.pos
+        return self.embed_drop(self.positions(x, offset, positions))
+
+    # --- word positions (cfg.word_positions, not in the paper) ---
+
+    def mark_words(self, starts: list[int], words: list[int]) -> None:
+        """Which source pieces begin a word (give EOS too) and which target tokens are a word (XX)."""
+        for buffer, ids in ((self.word_start, starts), (self.word_piece, words)):
+            mark = torch.zeros_like(buffer)
+            mark[torch.as_tensor(list(ids), dtype=torch.long)] = True
+            buffer.copy_(mark)
+
+    def _words_marked(self) -> bool:
+        if not self.cfg.word_positions:
+            return False
+        if not bool(self.word_piece.any()):
+            raise ValueError("word_positions is set but the model was not told which pieces mark words; "
+                             "call mark_words(starts, word_token) after building it.")
+        return True
+
+    def source_positions(self, src: torch.Tensor) -> torch.Tensor | None:
+        """(B, S): each piece's word index (0-based; EOS one past the last word), or None (token positions)."""
+        if not self._words_marked():
+            return None
+        return (self.word_start[src].long().cumsum(1) - 1).clamp_(min=0)
+
+    def target_positions(self, tgt_in: torch.Tensor) -> torch.Tensor | None:
+        """(B, T): the number of word tokens up to and including each, i.e. the index of the next word to place."""
+        if not self._words_marked():
+            return None
+        return self.word_piece[tgt_in].long().cumsum(1)
+
+    def step_positions(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """(rows,): `target_positions` of the last of tokens (rows, t + 1), for one decoding step."""
+        if not self._words_marked():
+            return None
+        return self.word_piece[tokens].long().sum(1)
 
     def padding_mask(self, src: torch.Tensor) -> torch.Tensor | None:
         """(B, 1, 1, S) True at real source tokens; None when nothing is padded (SDPA's fastest path).
@@ -161,11 +203,15 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """packed: src is one row of sentences end to end (1, N) with this layout; no padding mask then."""
         mask = self.padding_mask(src) if packed is None else None
-        return self.encoder(self.embed(src, self.src_embed, packed=packed), mask, packed), mask
+        if packed is not None and self.cfg.word_positions:
+            raise ValueError("word_positions does not support packed batches; train with pack false.")
+        x = self.embed(src, self.src_embed, packed=packed, positions=self.source_positions(src))
+        return self.encoder(x, mask, packed), mask
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
-        y = self.embed(tgt_in, self.tgt_embed, packed=packing[1] if packing is not None else None)
+        y = self.embed(tgt_in, self.tgt_embed, packed=packing[1] if packing is not None else None,
+                       positions=self.target_positions(tgt_in))
         return self.decoder(y, memory, mask, packing=packing)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -206,10 +252,16 @@ class Transformer(nn.Module):
                 for layer in self.decoder.layers]
 
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
-                    cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor) -> torch.Tensor:
+                    cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`; as a
-        0-d device tensor, the step's shapes do not depend on it (see `model.cuda_graph.StepGraph`)."""
-        y = self.embed(tokens[:, None], self.tgt_embed, offset)
+        0-d device tensor, the step's shapes do not depend on it (see `model.cuda_graph.StepGraph`).
+        positions: (B,) the tokens' positions where cfg.word_positions (`step_positions`); the cache slot
+        is still `offset`."""
+        if self.cfg.word_positions and positions is None:
+            raise ValueError("word_positions: decode_step needs each row's position (step_positions(tokens)).")
+        y = self.embed(tokens[:, None], self.tgt_embed, offset,
+                       positions=positions[:, None] if positions is not None else None)
         return self.out_proj(self.decoder(y, memory, mask, cache, offset)[:, -1])
 
 

@@ -277,6 +277,8 @@ def test_linearize_example_and_options():
     tree = "(S (NP (DT the) (NN dog)) (VP (VBZ runs)))"
     assert linearize(tree) == "(S (NP XX XX )NP (VP XX )VP )S"
     assert linearize(tree, pos_as_xx=False) == "(S (NP DT NN )NP (VP VBZ )VP )S"
+    assert linearize(tree, tagged=True) == "(S (NP XX/DT XX/NN )NP (VP XX/VBZ )VP )S"
+    assert delinearize(linearize(tree, tagged=True), ["the", "dog", "runs"], ["DT", "NN", "VBZ"]) == tree
     assert linearize("( " + tree + ")") == linearize("(TOP " + tree + ")") == linearize(tree)
 
 

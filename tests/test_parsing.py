@@ -153,3 +153,27 @@ def test_tree_constraint_rules_step_by_step():
     assert allowed() == {")S"}
     c.advance(torch.tensor([0]), torch.tensor([5]))
     assert allowed() == {"</s>"}
+
+
+def test_tagged_targets_carry_each_words_tag_as_one_piece_and_count_as_words(tmp_path):
+    """data.parse_tags: XX/TAG in place of XX, in its own cached corpus; every XX/TAG one BPE piece, which
+    the tree constraint and the model's word positions take for a word."""
+    flat = tmp_path / "flat"
+    for split in ("train", "dev", "test"):
+        _write(flat / f"{split}.tree", "(S (NP (PRP it)) (VP (VBZ works) (, ,)) (. .))\n(S (NP (NN dog)) (VP (VBZ runs)))\n")
+    plain = DataConfig(name=str(flat), task="parse", cache_dir=str(tmp_path / "cache"))
+    tagged = DataConfig(**{**plain.__dict__, "parse_tags": True})
+    assert prepare_parse_corpus(plain) != prepare_parse_corpus(tagged)
+    data = load_dataset(tagged, vocab_size=60)
+    assert data.dev.tgt_text[0] == "(S (NP XX/PRP )NP (VP XX/VBZ XX/, )VP XX/. )S"
+    for tgt in data.dev.tgt_text:
+        assert [p.lstrip("\u2581") for p in data.tokenizer.sp.encode(tgt, out_type=str)] == tgt.split()
+    starts, words = data.tokenizer.word_marks()
+    names = {data.tokenizer.sp.id_to_piece(i) for i in words}
+    assert names == {"\u2581XX/" + t for t in ("PRP", "VBZ", ",", ".", "NN")}
+    pieces = [data.tokenizer.sp.id_to_piece(i) for i in range(data.tokenizer.vocab_size)]
+    c = TreeConstraint(pieces, 3, [2], 1, "cpu")
+    assert {pieces[i] for i in c.xx_ids.tolist()} == names
+    with pytest.raises(UserError, match="XX as one piece"):
+        load_dataset(DataConfig(**{**plain.__dict__, "task": "translate", "name": "synth", "train_pairs": 50,
+                                   "dev_pairs": 5, "test_pairs": 5, "lexicon_scale": 0.1}), 200).tokenizer.word_marks()

@@ -556,6 +556,22 @@ def test_a_real_data_profile_without_its_data_says_how_to_prepare_it(tmp_path, m
         _check_requirements(load_study(ROOT / "studies" / "table2.yaml", "multi30k"))
 
 
+def test_table4_wsj_sample_profile_parses_the_sample_with_its_departures_listed(tmp_path, monkeypatch):
+    from harness.study.departures import departures
+    from harness.study.runner import _check_requirements
+    t4 = load_study(ROOT / "studies" / "table4.yaml", "wsj-sample")
+    assert t4.rows == ["wsj_only"] and len(t4.trials) == 1
+    trial = t4.trials[0]
+    assert trial.data["name"] == "data/ptb-wsj-sample" and trial.data["parse_tags"] is True
+    assert trial.model["word_positions"] is True and trial.model["d_model"] == 128
+    found = {d["key"]: d["values"] for d in departures(t4)}
+    assert found["data.parse_tags"] == [{"ours": True, "paper": False, "rows": ["wsj_only"]}]
+    assert found["model.word_positions"][0]["paper"] is False and "model.d_model" in found
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="data prepare ptb --from DIR --out data/ptb-wsj-sample"):
+        _check_requirements(t4)
+
+
 def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     # --resume finds a finished trial by its config hash: a new setting at its default (data.target,
     # train.bleu_moses, data.lexicon_seed) must not change the hash of a trial resolved before it existed.

@@ -7,7 +7,7 @@ from torch import nn
 
 from harness.paper import load_tables, table3_model_overrides
 from model import PRESETS, Transformer, TransformerConfig, beam_search, count_parameters, greedy
-from model.config import paper_base
+from model.config import ConfigError, paper_base
 from small_models import VARIANTS, small
 
 
@@ -184,3 +184,30 @@ def test_a_seed_gives_the_same_initial_weights_whatever_the_modules_addresses():
     first = models[0].state_dict()
     for model in models[1:]:
         assert all(torch.equal(first[k], v) for k, v in model.state_dict().items())
+
+
+def test_word_positions_count_words_on_both_sides_and_decode_cached_equal_to_uncached():
+    with pytest.raises(ConfigError, match="rope"):
+        small(word_positions=True, positional="rope")
+    cfg = small(word_positions=True)
+    model = Transformer(cfg)
+    src = torch.tensor([[4, 9, 5, 10, 10, 3], [5, 6, 3, 0, 0, 0]])
+    with pytest.raises(ValueError, match="mark_words"):
+        model.encode(src)
+    model.mark_words([4, 5, 6, 3], words=[7, 8])           # pieces 4, 5, 6 begin a word; 7 and 8 stand for one
+    assert model.source_positions(src).tolist() == [[0, 0, 1, 1, 1, 2], [0, 1, 2, 2, 2, 2]]
+    tgt = torch.tensor([[2, 11, 7, 12, 8, 7, 13, 3], [2, 7, 11, 7, 13, 3, 0, 0]])
+    assert model.target_positions(tgt[:, :-1]).tolist() == [[0, 0, 1, 1, 2, 3, 3], [0, 1, 1, 2, 2, 2, 2]]
+    assert model.step_positions(tgt[:, :5]).tolist() == [2, 2]
+    # The same weights with token positions encode otherwise: the positions reach the model.
+    plain = Transformer(small()).eval()
+    plain.load_state_dict(model.state_dict())
+    model.eval()
+    assert not torch.allclose(model.encode(src)[0], plain.encode(src)[0])
+    model.train()
+    loss, nll, n = model.loss(src, tgt[:, :-1], tgt[:, 1:])
+    loss.backward()
+    assert n == 12 and torch.isfinite(loss)
+    kw = dict(bos=2, eos=3, max_extra=6)
+    assert greedy(model, src, **kw) == greedy(model, src, use_cache=False, **kw) == greedy(model, src, graph=True, **kw)
+    assert beam_search(model, src, beam_size=3, **kw) == beam_search(model, src, beam_size=3, use_cache=False, **kw)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from harness.data.trees import is_word_token
 from harness.errors import UserError
 from harness.io import atomic_write
 
@@ -99,3 +100,14 @@ class Tokenizer:
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         return self.sp.decode(ids)
+
+    def word_marks(self) -> tuple[list[int], list[int]]:
+        """For a model with word positions: the ids of the pieces that begin a word (sentencepiece marks them
+        with U+2581), EOS among them, and the ids of the parsing targets' word symbols (XX or XX/TAG)."""
+        pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+        starts = [i for i, p in enumerate(pieces) if p.startswith("\u2581")] + [EOS]
+        words = [i for i, p in enumerate(pieces) if p.startswith("\u2581") and is_word_token(p[1:])]
+        if not words:
+            raise UserError(f"word_positions needs the word symbol XX as one piece of {self.path}; it is a setting "
+                            "for parsing (data.task parse), whose targets hold one XX per word.")
+        return starts, words

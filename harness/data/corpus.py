@@ -11,7 +11,7 @@ from harness.errors import UserError
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
-from harness.data.parse import prepare_parse_corpus
+from harness.data.parse import parse_symbols, prepare_parse_corpus
 from harness.data.readers import read_parallel
 from harness.data.synth import synth_corpus_dir
 
@@ -33,6 +33,10 @@ class DataConfig:
     max_words: int = 70            # synth only: longest source sentence in words, final "." included
     target: str = "de"             # synth only: the target language, "de" (German-like) or "fr" (French-like)
     lexicon_seed: int = 0          # synth only: the made-up words' spellings and features (another vocabulary)
+    # DEVIATION (parse only; default False, Vinyals et al.'s XX, which the paper follows): each word of a
+    # linearized tree is written with its POS tag, XX/NN instead of XX, so that the target asks for each
+    # word's category and the model must read the source to give it (studies/table4.yaml, wsj-sample).
+    parse_tags: bool = False
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 
@@ -89,9 +93,8 @@ def _checked_texts_and_tokenizer(cfg: DataConfig, vocab_size: int):
     # Read (and so check: UTF-8, equal line counts, not empty) every file before any work is done.
     texts = {split: read_parallel(*paths[split]) for split in paths}
     symbols: tuple[str, ...] = ()
-    if cfg.task == "parse":   # the bracket tokens and XX of the linearized trees, each one piece
-        symbols = tuple(sorted({tok for line in texts["train"][1] for tok in line.split()
-                                if tok == "XX" or tok[:1] in "()"}))
+    if cfg.task == "parse":
+        symbols = parse_symbols(texts["train"][1])
     tokenizer = Tokenizer(train_bpe(list(paths["train"]), vocab_size, Path(cfg.cache_dir).resolve() / "bpe", symbols))
     return root, texts, tokenizer
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.data.synth import synth_corpus_dir
-from harness.data.trees import Tree, linearize, parse_tree, read_tree_texts
+from harness.data.trees import Tree, is_word_token, linearize, parse_tree, read_tree_texts
 from harness.errors import UserError
 from harness.io import atomic_dir
 
@@ -81,9 +81,15 @@ def _tree_sources(name: str, data_cfg) -> tuple[dict[str, list[str]], str]:
     return texts, f"{root.name}-{stamp.hexdigest()[:10]}"
 
 
-def parse_pairs(trees: Iterable[tuple[str, str]]) -> tuple[list[str], list[str], list[str]]:
+def parse_symbols(targets: Iterable[str]) -> tuple[str, ...]:
+    """The linearized trees' tokens (brackets, XX or XX/TAG), each to be one piece of the BPE model."""
+    return tuple(sorted({tok for line in targets for tok in line.split() if is_word_token(tok) or tok[:1] in "()"}))
+
+
+def parse_pairs(trees: Iterable[tuple[str, str]], tagged: bool = False) -> tuple[list[str], list[str], list[str]]:
     """(sentences, linearized cleaned trees, gold trees on one line) of (where, tree text) pairs; trees with
-    no word left after cleaning are skipped, and an unreadable one is a UserError naming `where`."""
+    no word left after cleaning are skipped, and an unreadable one is a UserError naming `where`. tagged:
+    words as XX/TAG (DataConfig.parse_tags)."""
     src, tgt, gold = [], [], []
     for where, text in trees:
         try:
@@ -95,7 +101,7 @@ def parse_pairs(trees: Iterable[tuple[str, str]]) -> tuple[list[str], list[str],
         if not words or cleaned is None:
             continue
         src.append(" ".join(words))
-        tgt.append(linearize(cleaned))
+        tgt.append(linearize(cleaned, tagged=tagged))
         gold.append(" ".join(text.split()))
     return src, tgt, gold
 
@@ -104,13 +110,15 @@ def prepare_parse_corpus(data_cfg) -> Path:
     """Write (once, atomically) the parsing corpus as parallel text: <split>.src (words), <split>.tgt
     (linearized cleaned tree) and <split>.tree (the gold tree as read), in the cache directory."""
     texts, ident = _tree_sources(data_cfg.name, data_cfg)
-    out = Path(data_cfg.cache_dir).resolve() / f"parse-v{PARSE_VERSION}-{ident}"
+    tags = "-tags" if data_cfg.parse_tags else ""
+    out = Path(data_cfg.cache_dir).resolve() / f"parse-v{PARSE_VERSION}{tags}-{ident}"
     if (out / "manifest.json").is_file():
         return out
     with atomic_dir(out) as tmp:
         stats = {}
         for split, trees in texts.items():
-            src, tgt, gold = parse_pairs((f"{data_cfg.name}: {split} tree {i}", t) for i, t in enumerate(trees, 1))
+            src, tgt, gold = parse_pairs(((f"{data_cfg.name}: {split} tree {i}", t) for i, t in enumerate(trees, 1)),
+                                         tagged=data_cfg.parse_tags)
             for kind, lines in (("src", src), ("tgt", tgt), ("tree", gold)):
                 (tmp / f"{split}.{kind}").write_text("\n".join(lines) + "\n", encoding="utf-8")
             stats[split] = {"trees": len(gold), "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),

@@ -142,14 +142,24 @@ def _unwrap_root(tree: Tree) -> Tree:
     return tree
 
 
-def linearize(tree: Tree | str, pos_as_xx: bool = True) -> str:
-    """Depth-first `(NP ... )NP` sequence; each word becomes XX (Vinyals' normalization) or its POS tag."""
+# A word of a linearized tree: XX (Vinyals' normalization), or XX/TAG with its POS tag (DataConfig.parse_tags).
+WORD, TAGGED = "XX", "XX/"
+
+
+def is_word_token(tok: str) -> bool:
+    """Whether a linearized-tree token stands for a word (XX or XX/TAG), not a bracket."""
+    return tok == WORD or tok.startswith(TAGGED)
+
+
+def linearize(tree: Tree | str, pos_as_xx: bool = True, tagged: bool = False) -> str:
+    """Depth-first `(NP ... )NP` sequence; each word becomes XX (Vinyals' normalization), XX/TAG (`tagged`)
+    or its bare POS tag (pos_as_xx False)."""
     tree = _unwrap_root(parse_tree(tree) if isinstance(tree, str) else tree)
     out: list[str] = []
 
     def walk(node: Tree) -> None:
         if node.is_preterminal():
-            out.append("XX" if pos_as_xx else node.label)
+            out.append(TAGGED + node.label if tagged else WORD if pos_as_xx else node.label)
             return
         out.append("(" + node.label)
         for child in node.children:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from harness.data.parse import sentence_words
-from harness.data.trees import delinearize, parse_tree
+from harness.data.trees import delinearize, is_word_token, parse_tree
 from harness.eval.evalb import score_trees
 
 def well_formed(output: str, n_words: int) -> bool:
@@ -107,7 +107,7 @@ class TreeConstraint:
                 kind[i] = 1 if n[0] == "(" else 2
                 if n[0] == ")" and close_of[index[n[1:]]] < 0:
                     close_of[index[n[1:]]] = i
-            elif n == "XX":
+            elif is_word_token(n):
                 kind[i] = 3
         return {"open_ids": open_ids.to(device), "close_of": close_of.to(device), "label_of": label_of.to(device),
                 "kind": kind.to(device), "xx_ids": (kind == 3).nonzero().flatten().to(device),

@@ -18,6 +18,7 @@ import torch
 from model import Transformer, TransformerConfig, count_parameters
 
 from harness.data.corpus import DataConfig, Dataset, load_dataset
+from harness.errors import UserError
 from harness.eval.evaluate import perplexity
 from harness.io import check_writable
 from harness.system import pin_allocator
@@ -98,8 +99,13 @@ def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
     resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
     if ranks.is_main:
         (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    if model_cfg.word_positions and cfg.pack:
+        raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
+                        "set train.pack false.")
     torch.manual_seed(cfg.seed)
     model = Transformer(model_cfg).to(device)
+    if model_cfg.word_positions:
+        model.mark_words(*data.tokenizer.word_marks())
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2),
                            eps=cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
     return device, data, resolved, model, opt

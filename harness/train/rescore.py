@@ -19,7 +19,7 @@ from model import ConfigError, Transformer, TransformerConfig
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.corpus import DataConfig, Split, corpus_dir, split_paths
-from harness.data.parse import parse_pairs
+from harness.data.parse import parse_pairs, parse_symbols
 from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
@@ -67,12 +67,12 @@ def run_tokenizer(run_dir: Path, model_cfg: TransformerConfig, data_cfg: DataCon
     train = list(split_paths(root, "train"))
     symbols: tuple[str, ...] = ()
     if data_cfg.task == "parse":
-        symbols = tuple(sorted({t for line in read_parallel(*train)[1] for t in line.split()
-                                if t == "XX" or t[:1] in "()"}))
+        symbols = parse_symbols(read_parallel(*train)[1])
     return Tokenizer(train_bpe(train, model_cfg.vocab_size, Path(data_cfg.cache_dir).resolve() / "bpe", symbols))
 
 
-def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_len: int) -> tuple[Split, str]:
+def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_len: int,
+               tagged: bool = False) -> tuple[Split, str]:
     """One split of a prepared directory, encoded with the run's tokenizer; and the target language."""
     if not data_dir.is_dir():
         raise UserError(f"--data {data_dir}: not a directory; pass a prepared data directory (`data prepare ...`).")
@@ -81,8 +81,8 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
         if not path.is_file():
             raise UserError(f"--data {data_dir} has no {split}.tree; a parsing run is scored on a directory "
                             "`data prepare ptb` wrote, with --split train, dev or test.")
-        src, tgt, gold = parse_pairs((f"{path}:{line}: the tree", text) for line, text in read_tree_texts(path)
-                                     if text.strip())
+        src, tgt, gold = parse_pairs(((f"{path}:{line}: the tree", text) for line, text in read_tree_texts(path)
+                                      if text.strip()), tagged=tagged)
         data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
         return Split(src, tgt, data, gold), "en"
     src_path, tgt_path = split_paths(data_dir, split)
@@ -105,10 +105,12 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     if tokenizer.vocab_size != model_cfg.vocab_size:
         raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
                         "the run's training data changed since it ran.")
-    data, lang = read_split(data_dir, split, data_cfg.task, tokenizer, model_cfg.max_len)
+    data, lang = read_split(data_dir, split, data_cfg.task, tokenizer, model_cfg.max_len, data_cfg.parse_tags)
     dev = resolve_device(device)
     model = Transformer(model_cfg).to(dev)
     model.load_state_dict(weights)
+    if model_cfg.word_positions:
+        model.mark_words(*tokenizer.word_marks())
     metrics, _ = evaluate(model, tokenizer, data, dev, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
                           bleu_sentences=None, autocast=autocast_for(dev, train_cfg.amp),
