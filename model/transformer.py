@@ -125,6 +125,7 @@ class Transformer(nn.Module):
         # target token that stands for a word; set by `mark_words`.
         self.register_buffer("word_start", torch.zeros(cfg.vocab_size, dtype=torch.bool), persistent=False)
         self.register_buffer("word_piece", torch.zeros(cfg.vocab_size, dtype=torch.bool), persistent=False)
+        self.words_marked = False
         self.reset_parameters()
         if cfg.share_embeddings:
             self.out_proj.weight = self.src_embed.weight
@@ -165,11 +166,12 @@ class Transformer(nn.Module):
             mark = torch.zeros_like(buffer)
             mark[torch.as_tensor(list(ids), dtype=torch.long)] = True
             buffer.copy_(mark)
+        self.words_marked = bool(self.word_piece.any())
 
     def _words_marked(self) -> bool:
         if not self.cfg.word_positions:
             return False
-        if not bool(self.word_piece.any()):
+        if not self.words_marked:                       # a flag, not a device read at every decoding step
             raise ValueError("word_positions is set but the model was not told which pieces mark words; "
                              "call mark_words(starts, word_token) after building it.")
         return True

@@ -177,3 +177,14 @@ def test_tagged_targets_carry_each_words_tag_as_one_piece_and_count_as_words(tmp
     with pytest.raises(UserError, match="XX as one piece"):
         load_dataset(DataConfig(**{**plain.__dict__, "task": "translate", "name": "synth", "train_pairs": 50,
                                    "dev_pairs": 5, "test_pairs": 5, "lexicon_scale": 0.1}), 200).tokenizer.word_marks()
+
+
+def test_word_positions_with_packed_batches_are_refused_before_anything_is_written(tmp_path):
+    from harness.train.config import TrainConfig
+    from harness.train.loop import train
+    from model import TransformerConfig
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="set train.pack false"):
+        train(TransformerConfig(d_model=16, d_ff=32, n_heads=2, n_layers=1, vocab_size=64, word_positions=True),
+              TrainConfig(steps=1, pack=True), DataConfig(task="parse", cache_dir=str(tmp_path)), out, quiet=True)
+    assert not (out / "config.json").exists() and not any(tmp_path.glob("parse-*"))

@@ -63,7 +63,8 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     else:
         paper_trees = t4.get("setup", {}).get("wsj_train_sentences")
         for r in table.to_dict("records"):
-            if pd.notna(r["train_trees"]) and paper_trees and r["data"] and "semi" not in r["row"]:
+            wsj_only = t4["rows"].get(r["paper_parser"], {}).get("training", "").startswith("WSJ only")
+            if pd.notna(r["train_trees"]) and paper_trees and r["data"] and wsj_only:
                 lines += [f"`{r['row']}` trained on {r['train_trees']:.0f} trees of `{r['data']}`, "
                           f"{r['train_trees'] / paper_trees:.0%} of the paper's WSJ-only set (sections 02-21, "
                           f"about {paper_trees:,} trees), with a model far smaller than the paper's; its test split "

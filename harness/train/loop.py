@@ -90,6 +90,9 @@ def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
           dataset: Dataset | None, ranks: Ranks = SINGLE):
     """The device, the data, the resolved config (written to config.json), the seeded model and Adam."""
     cfg.validate()
+    if model_cfg.word_positions and cfg.pack:          # refused before anything is read or written
+        raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
+                        "set train.pack false.")
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
@@ -99,9 +102,6 @@ def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
     resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
     if ranks.is_main:
         (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
-    if model_cfg.word_positions and cfg.pack:
-        raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
-                        "set train.pack false.")
     torch.manual_seed(cfg.seed)
     model = Transformer(model_cfg).to(device)
     if model_cfg.word_positions:
