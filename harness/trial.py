@@ -26,7 +26,8 @@ from harness.train.dist import SINGLE, Ranks
 
 # Settings added after studies had run: (part, name, default).
 _ADDED_LATER = (("data", "target", "de"), ("train", "bleu_moses", "2025"), ("data", "lexicon_seed", 0),
-                ("model", "word_positions", False), ("data", "parse_tags", False))
+                ("model", "word_positions", False), ("data", "parse_tags", False),
+                ("data", "parse_subtrees", 0))
 
 
 @dataclass(frozen=True)

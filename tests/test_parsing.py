@@ -5,7 +5,7 @@ import pytest
 from harness.data.corpus import DataConfig, load_dataset
 from harness.errors import UserError
 from harness.eval.evalb import score_trees
-from harness.data.parse import clean_tree, prepare_parse_corpus, sentence_words
+from harness.data.parse import SUBTREE_MARK, clean_tree, constituents, prepare_parse_corpus, sentence_words
 from harness.eval.parse import TreeConstraint, parse_scores, well_formed
 from harness.data.trees import linearize, parse_tree
 
@@ -177,6 +177,32 @@ def test_tagged_targets_carry_each_words_tag_as_one_piece_and_count_as_words(tmp
     with pytest.raises(UserError, match="XX as one piece"):
         load_dataset(DataConfig(**{**plain.__dict__, "task": "translate", "name": "synth", "train_pairs": 50,
                                    "dev_pairs": 5, "test_pairs": 5, "lexicon_scale": 0.1}), 200).tokenizer.word_marks()
+
+
+def test_parse_subtrees_add_the_phrases_of_training_trees_only(tmp_path):
+    """data.parse_subtrees k: every phrase below a training tree's root with at least k words becomes a pair of
+    its own (its words, its linearized cleaned subtree); dev and test keep whole sentences, and the whole trees
+    are still counted apart (train_trees) from the pairs read."""
+    tree = "( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)) )"
+    cleaned = clean_tree(parse_tree(tree))
+    assert [str(p) for p in constituents(cleaned, 3)] == [
+        "(VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat))))", "(PP (IN on) (NP (DT the) (NN mat)))"]
+    assert [len(p.words()) for p in constituents(cleaned, 2)] == [2, 4, 3, 2]
+    flat = tmp_path / "flat"
+    for split in ("train", "dev", "test"):
+        _write(flat / f"{split}.tree", tree + "\n(S (NP (NN dog)) (VP (VBZ runs)))\n")
+    whole = DataConfig(name=str(flat), task="parse", cache_dir=str(tmp_path / "cache"))
+    sub = DataConfig(**{**whole.__dict__, "parse_subtrees": 3})
+    assert prepare_parse_corpus(whole) != prepare_parse_corpus(sub)
+    data = load_dataset(sub, vocab_size=60)
+    assert data.train.src_text == ["The cat sat on the mat .", "sat on the mat", "on the mat", "dog runs"]
+    assert data.train.tgt_text[1:3] == ["(VP XX (PP XX (NP XX XX )NP )PP )VP", "(PP XX (NP XX XX )NP )PP"]
+    assert [t.startswith(SUBTREE_MARK) for t in data.train.trees] == [False, True, True, False]
+    assert data.dev.src_text == data.test.src_text == ["The cat sat on the mat .", "dog runs"]
+    assert data.info["train_trees"] == 2 and len(data.train.data) == 4
+    # a whole tree dropped for its length (16 target tokens) is not counted; its phrase that fits (PP, 8) trains
+    short = load_dataset(sub, vocab_size=60, max_len=10)
+    assert short.info["train_trees"] == 1 and len(short.train.data) == 2
 
 
 def test_word_positions_with_packed_batches_are_refused_before_anything_is_written(tmp_path):

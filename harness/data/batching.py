@@ -53,6 +53,7 @@ class ParallelData:
         are dropped (training) or cut to fit (truncate=True: dev and test, whose every sentence counts;
         BLEU still compares the output with the whole reference text)."""
         self.truncated = 0
+        self.kept: list[int] | None = None          # training: the indices of the pairs kept (None: all)
         if max_len is not None and truncate:
             self.truncated = sum(len(s) >= max_len or len(t) >= max_len for s, t in zip(src_ids, tgt_ids))
             src_ids = [s[:max_len - 1] for s in src_ids]
@@ -60,6 +61,7 @@ class ParallelData:
         elif max_len is not None:
             keep = [i for i in range(len(src_ids)) if len(src_ids[i]) < max_len and len(tgt_ids[i]) < max_len]
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+            self.kept = keep
         self.src_lens = np.array([len(s) for s in src_ids], dtype=np.int64) + 1     # + EOS
         self.tgt_lens = np.array([len(t) for t in tgt_ids], dtype=np.int64) + 1     # + BOS / EOS
         self.src_ids, self.tgt_ids = src_ids, tgt_ids

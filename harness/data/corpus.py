@@ -11,7 +11,7 @@ from harness.errors import UserError
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
-from harness.data.parse import parse_symbols, prepare_parse_corpus
+from harness.data.parse import SUBTREE_MARK, parse_symbols, prepare_parse_corpus
 from harness.data.readers import read_parallel
 from harness.data.synth import synth_corpus_dir
 
@@ -37,6 +37,10 @@ class DataConfig:
     # linearized tree is written with its POS tag, XX/NN instead of XX, so that the target asks for each
     # word's category and the model must read the source to give it (studies/table4.yaml, wsj-sample).
     parse_tags: bool = False
+    # DEVIATION (parse only; default 0, the paper's whole sentences only): also train on every phrase below a
+    # training tree's root that spans at least this many words, as a pair of its own (the phrase's words ->
+    # its linearized subtree). Dev and test stay whole sentences (studies/table4.yaml, wsj-sample).
+    parse_subtrees: int = 0
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
 
 
@@ -120,4 +124,9 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
             "tgt_lang": tgt_lang,
             **{f"{s}_pairs": len(splits[s].data) for s in splits},
             **{f"{s}_truncated": splits[s].data.truncated for s in ("dev", "test")}}
+    if cfg.task == "parse":
+        # Whole training trees among the pairs kept (data.parse_subtrees adds phrases of them as pairs too)
+        train = splits["train"]
+        kept = train.data.kept if train.data.kept is not None else range(len(train.trees))
+        info["train_trees"] = sum(1 for i in kept if not train.trees[i].startswith(SUBTREE_MARK))
     return Dataset(tokenizer, splits["train"], splits["dev"], splits["test"], root, info, tgt_lang)

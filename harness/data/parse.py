@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.data.synth import synth_corpus_dir
-from harness.data.trees import Tree, is_word_token, linearize, parse_tree, read_tree_texts
+from harness.data.trees import Tree, is_word_token, linearize, parse_tree, read_tree_texts, unwrap_root
 from harness.errors import UserError
 from harness.io import atomic_dir
 
@@ -86,10 +86,31 @@ def parse_symbols(targets: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({tok for line in targets for tok in line.split() if is_word_token(tok) or tok[:1] in "()"}))
 
 
-def parse_pairs(trees: Iterable[tuple[str, str]], tagged: bool = False) -> tuple[list[str], list[str], list[str]]:
+# A training subtree's line in train.tree starts with this, so that whole trees can be told from phrases.
+SUBTREE_MARK = "#phrase "
+
+
+def constituents(tree: Tree, min_words: int) -> list[Tree]:
+    """Every phrase below the root (no preterminal) spanning at least `min_words` words, depth-first."""
+    found: list[Tree] = []
+
+    def walk(node: Tree) -> None:
+        for child in node.children:
+            if isinstance(child, Tree) and not child.is_preterminal():
+                if len(child.words()) >= min_words:
+                    found.append(child)
+                walk(child)
+
+    walk(unwrap_root(tree))
+    return found
+
+
+def parse_pairs(trees: Iterable[tuple[str, str]], tagged: bool = False,
+                subtrees: int = 0) -> tuple[list[str], list[str], list[str]]:
     """(sentences, linearized cleaned trees, gold trees on one line) of (where, tree text) pairs; trees with
     no word left after cleaning are skipped, and an unreadable one is a UserError naming `where`. tagged:
-    words as XX/TAG (DataConfig.parse_tags)."""
+    words as XX/TAG (DataConfig.parse_tags). subtrees > 0: after each tree, every phrase below its root of
+    at least that many words as a pair of its own (DataConfig.parse_subtrees; the gold is the cleaned phrase)."""
     src, tgt, gold = [], [], []
     for where, text in trees:
         try:
@@ -103,6 +124,10 @@ def parse_pairs(trees: Iterable[tuple[str, str]], tagged: bool = False) -> tuple
         src.append(" ".join(words))
         tgt.append(linearize(cleaned, tagged=tagged))
         gold.append(" ".join(text.split()))
+        for phrase in constituents(cleaned, subtrees) if subtrees > 0 else ():
+            src.append(" ".join(phrase.words()))
+            tgt.append(linearize(phrase, tagged=tagged))
+            gold.append(SUBTREE_MARK + str(phrase))
     return src, tgt, gold
 
 
@@ -111,17 +136,20 @@ def prepare_parse_corpus(data_cfg) -> Path:
     (linearized cleaned tree) and <split>.tree (the gold tree as read), in the cache directory."""
     texts, ident = _tree_sources(data_cfg.name, data_cfg)
     tags = "-tags" if data_cfg.parse_tags else ""
-    out = Path(data_cfg.cache_dir).resolve() / f"parse-v{PARSE_VERSION}{tags}-{ident}"
+    sub = f"-sub{data_cfg.parse_subtrees}" if data_cfg.parse_subtrees > 0 else ""
+    out = Path(data_cfg.cache_dir).resolve() / f"parse-v{PARSE_VERSION}{tags}{sub}-{ident}"
     if (out / "manifest.json").is_file():
         return out
     with atomic_dir(out) as tmp:
         stats = {}
         for split, trees in texts.items():
             src, tgt, gold = parse_pairs(((f"{data_cfg.name}: {split} tree {i}", t) for i, t in enumerate(trees, 1)),
-                                         tagged=data_cfg.parse_tags)
+                                         tagged=data_cfg.parse_tags,
+                                         subtrees=data_cfg.parse_subtrees if split == "train" else 0)
             for kind, lines in (("src", src), ("tgt", tgt), ("tree", gold)):
                 (tmp / f"{split}.{kind}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            stats[split] = {"trees": len(gold), "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),
+            whole = sum(1 for g in gold if not g.startswith(SUBTREE_MARK)) if split == "train" else len(gold)
+            stats[split] = {"trees": whole, "examples": len(gold), "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),
                             "mean_target_tokens": sum(len(t.split()) for t in tgt) / max(len(tgt), 1)}
         (tmp / "manifest.json").write_text(json.dumps({"source": data_cfg.name, "version": PARSE_VERSION,
                                                        "splits": stats}, indent=2) + "\n")

@@ -135,7 +135,7 @@ def read_trees(path: str | Path) -> list[Tree]:
     return trees
 
 
-def _unwrap_root(tree: Tree) -> Tree:
+def unwrap_root(tree: Tree) -> Tree:
     # PTB's "( (S ...) )" and "(TOP (S ...))" wrappers are not part of the Vinyals target, which starts at S.
     while tree.label in ("", "TOP") and len(tree.children) == 1 and isinstance(tree.children[0], Tree):
         tree = tree.children[0]
@@ -154,7 +154,7 @@ def is_word_token(tok: str) -> bool:
 def linearize(tree: Tree | str, pos_as_xx: bool = True, tagged: bool = False) -> str:
     """Depth-first `(NP ... )NP` sequence; each word becomes XX (Vinyals' normalization), XX/TAG (`tagged`)
     or its bare POS tag (pos_as_xx False)."""
-    tree = _unwrap_root(parse_tree(tree) if isinstance(tree, str) else tree)
+    tree = unwrap_root(parse_tree(tree) if isinstance(tree, str) else tree)
     out: list[str] = []
 
     def walk(node: Tree) -> None:

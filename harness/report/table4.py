@@ -32,8 +32,10 @@ def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         rec = {"row": row, "paper_parser": name, "paper_f1": float(rows[name]["f1"]) if name else NAN,
                "status": status, "n_seeds": len(g), "n_finished": len(done), "data": text_of(src, "params.data.name"),
                **{c: param_of(src, k) for c, k in T4_SETUP.items()}}
-        if pd.notna(mean_of(done, "train_examples")):     # the trees read (a data directory ignores train_pairs)
-            rec["train_trees"] = mean_of(done, "train_examples")
+        if pd.notna(mean_of(done, "train_examples")):     # the pairs read (a data directory ignores train_pairs)
+            trees = mean_of(done, "train_trees")              # whole trees among them (logged since parse_subtrees)
+            rec["train_trees"] = trees if pd.notna(trees) else mean_of(done, "train_examples")
+            rec["train_phrases"] = mean_of(done, "train_examples") - rec["train_trees"]
         for split in ("test", "dev"):
             rec.update({f"{split}_{s}": mean_of(done, f"{split}_{s}") for s in T4_SCORES})
             rec[f"{split}_f1_std"] = std_of(done, f"{split}_f1")
@@ -65,7 +67,10 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
         for r in table.to_dict("records"):
             wsj_only = t4["rows"].get(r["paper_parser"], {}).get("training", "").startswith("WSJ only")
             if pd.notna(r["train_trees"]) and paper_trees and r["data"] and wsj_only:
-                lines += [f"`{r['row']}` trained on {r['train_trees']:.0f} trees of `{r['data']}`, "
+                phrases = r.get("train_phrases")
+                also = (f" (and on {phrases:.0f} phrases of them as pairs of their own, `data.parse_subtrees`)"
+                        if pd.notna(phrases) and phrases > 0 else "")
+                lines += [f"`{r['row']}` trained on {r['train_trees']:.0f} trees of `{r['data']}`{also}, "
                           f"{r['train_trees'] / paper_trees:.0%} of the paper's WSJ-only set (sections 02-21, "
                           f"about {paper_trees:,} trees), with a model far smaller than the paper's; its test split "
                           "is the data directory's test.tree, which is section 23 only where the full WSJ was "

@@ -59,6 +59,7 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
         "device": str(device), "vocab_size": data.tokenizer.vocab_size, "bleu_tok_lang": data.tgt_lang,
         "bleu_tok_moses": str(cfg.bleu_moses),
         "dev_truncated": data.dev.data.truncated, "train_examples": len(train_data),
+        "train_trees": data.info.get("train_trees"),
         "mean_src_len": float(train_data.src_lens.mean()), "mean_tgt_len": float(train_data.tgt_lens.mean())})
     if is_main:
         # The run's own BPE model beside its weights: `python -m harness evaluate` reads text with it later
