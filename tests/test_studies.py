@@ -580,3 +580,19 @@ def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     other = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"model": {}, "train": {},
                                                                                        "data": {"lexicon_seed": 3}})
     assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data["lexicon_seed"] == 3
+
+
+def test_table3_multi30k_profile_runs_every_claim_row_with_two_seeds_on_the_real_pair():
+    from harness.report.claims import claims_for
+    t3 = load_study(ROOT / "studies" / "table3.yaml", "multi30k")
+    read = set()
+    for c in claims_for("table3"):
+        for side in (c.a, c.b):
+            read |= {side} if isinstance(side, str) else set(next(iter(side.values())))
+    assert read - {"Dbase"} == set(t3.rows) and "Dbase" not in t3.rows     # every row a claim reads, no more
+    assert sorted({t.seed for t in t3.trials}) == [0, 1] and len(t3.trials) == 2 * len(t3.rows)
+    by = {t.row: t for t in t3.trials if t.seed == 0}
+    assert {t.data["name"] for t in t3.trials} == {"data/multi30k-en-de"}
+    assert by["base"].model["d_model"] == 64 and by["base"].model["n_layers"] == 3
+    assert by["big"].train["steps"] == by["base"].train["steps"] == 2000 and by["big"].model["d_model"] == 128
+    assert by["base"].train["average_last"] == 0 and by["base"].train["lr_scale"] == 1.0
