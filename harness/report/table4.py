@@ -32,10 +32,11 @@ def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         rec = {"row": row, "paper_parser": name, "paper_f1": float(rows[name]["f1"]) if name else NAN,
                "status": status, "n_seeds": len(g), "n_finished": len(done), "data": text_of(src, "params.data.name"),
                **{c: param_of(src, k) for c, k in T4_SETUP.items()}}
-        if pd.notna(mean_of(done, "train_examples")):     # the pairs read (a data directory ignores train_pairs)
+        pairs = mean_of(done, "train_examples")            # the pairs read (a data directory ignores train_pairs)
+        if pd.notna(pairs):
             trees = mean_of(done, "train_trees")              # whole trees among them (logged since parse_subtrees)
-            rec["train_trees"] = trees if pd.notna(trees) else mean_of(done, "train_examples")
-            rec["train_phrases"] = mean_of(done, "train_examples") - rec["train_trees"]
+            rec["train_trees"] = trees if pd.notna(trees) else pairs
+            rec["train_phrases"] = pairs - rec["train_trees"]
         for split in ("test", "dev"):
             rec.update({f"{split}_{s}": mean_of(done, f"{split}_{s}") for s in T4_SCORES})
             rec[f"{split}_f1_std"] = std_of(done, f"{split}_f1")
