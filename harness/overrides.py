@@ -12,16 +12,19 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from model import ConfigError, TransformerConfig
+from model import ConfigError, with_settings
+from model.family import field_types
 
 from harness.data.corpus import DataConfig
 from harness.errors import UserError, suggest
 from harness.train import TrainConfig
 
-SECTIONS: dict[str, type] = {"model": TransformerConfig, "train": TrainConfig, "data": DataConfig}
+SECTIONS: dict[str, type | None] = {"model": None, "train": TrainConfig, "data": DataConfig}   # model: every family's
 
 
-def _fields(cls: type) -> dict[str, Any]:
+def _fields(cls: type | None) -> dict[str, Any]:
+    if cls is None:                    # the model section: the settings of every registered model family
+        return field_types()
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -96,10 +99,10 @@ def check_value(key: str, value: Any, section: str, name: str) -> Any:
     return _check_type(key, value, _fields(SECTIONS[section])[name])
 
 
-def apply(model_cfg: TransformerConfig, train_cfg: TrainConfig, data_cfg: DataConfig,
-          sets: dict[str, dict[str, Any]]) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+def apply(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, sets: dict[str, dict[str, Any]]) -> tuple:
+    """The configs with the overrides applied; `model.family` switches family (model/family.py)."""
     try:
-        model_cfg = model_cfg.replace(**sets.get("model", {}))
+        model_cfg = with_settings(model_cfg, **sets.get("model", {}))
     except ConfigError as err:
         raise UserError(str(err)) from None
     train_cfg = dataclasses.replace(train_cfg, **sets.get("train", {}))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from model import TransformerConfig
+from model import ModelConfig, config_from_dict, with_settings
 
 from harness import system
 from harness.data.corpus import DataConfig
@@ -27,7 +27,7 @@ from harness.train.dist import SINGLE, Ranks
 # Settings added after studies had run: (part, name, default).
 _ADDED_LATER = (("data", "target", "de"), ("train", "bleu_moses", "2025"), ("data", "lexicon_seed", 0),
                 ("model", "word_positions", False), ("data", "parse_tags", False),
-                ("data", "parse_subtrees", 0))
+                ("data", "parse_subtrees", 0), ("model", "family", "transformer"))
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Trial:
         blob = json.dumps(config, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    def configs(self) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
-        return TransformerConfig(**self.model), TrainConfig(**self.train), DataConfig(**self.data)
+    def configs(self) -> tuple[ModelConfig, TrainConfig, DataConfig]:
+        return config_from_dict(self.model), TrainConfig(**self.train), DataConfig(**self.data)
 
 
 def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
@@ -176,14 +176,14 @@ def _training_trial(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ra
                     ranks=ranks)
     # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
     # for sentences of the corpus's mean lengths: per target token, and for the whole run.
-    from harness.probes.flops import count_analytic
-    per_token = count_analytic(model_cfg.replace(vocab_size=metrics["vocab_size"]), 1,
-                               max(1, round(metrics["mean_src_len"])),
-                               max(1, round(metrics["mean_tgt_len"])))["flops_per_target_token"]
+    from harness.probes.flops import training_flops_per_target_token
+    per_token = training_flops_per_target_token(with_settings(model_cfg, vocab_size=metrics["vocab_size"]),
+                                                max(1, round(metrics["mean_src_len"])),
+                                                max(1, round(metrics["mean_tgt_len"])))
     metrics.update({"flops_per_target_token": per_token, "train_flops": per_token * metrics["tokens_seen"]})
     # The yardstick for Table 2's cost column computed the paper's way (time x devices x a sustained rate):
     # this device's own large-matmul rate, in the dtype training ran in, with the trial's threads.
-    from harness.bench.speed import matmul_peak
+    from harness.probes.peak import matmul_peak
     device = torch.device(metrics["device"])
     dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
     metrics["device_matmul_tflops"] = matmul_peak(device, dtype)

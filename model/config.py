@@ -17,6 +17,7 @@ Positional = Literal["sinusoid", "learned", "rope"]
 NormPosition = Literal["post", "pre"]
 Norm = Literal["layer", "rms"]
 FFN = Literal["relu", "gelu", "swiglu"]
+Family = Literal["transformer"]
 
 
 class ConfigError(ValueError):
@@ -53,6 +54,7 @@ class TransformerConfig:
     # (studies/table4.yaml's wsj-sample profile); the harness tells the model which pieces mark a word
     # (`Transformer.mark_words`).
     word_positions: bool = False
+    family: Family = "transformer"   # the model family this config builds (model/family.py)
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
@@ -81,7 +83,7 @@ class TransformerConfig:
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
         for name, literal in (("positional", Positional), ("norm_position", NormPosition),
-                              ("norm", Norm), ("ffn", FFN)):
+                              ("norm", Norm), ("ffn", FFN), ("family", Family)):
             check_choice(name, getattr(self, name), literal)
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 
 from .cuda_graph import StepGraph
-from .transformer import Transformer
+from .family import Seq2SeqModel
 
 
-def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None, rows: int, steps: int,
+def _stepper(model: Seq2SeqModel, memory: torch.Tensor, mask: torch.Tensor | None, rows: int, steps: int,
              use_cache: bool, graph: bool | None):
     """(cache, step function(tokens (rows, t + 1), t) -> logits) for the loops below. graph=None: a
     captured graph on CUDA, the ordinary cached step elsewhere; True forces the static step (eager on a
@@ -25,14 +25,16 @@ def _stepper(model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None
         return None, lambda tokens, t: model.out_proj(model.decode(tokens, memory, mask)[:, -1])
     cache = model.new_cache(rows, steps, memory)
     # Word positions depend on the tokens so far, which a captured step does not see: they decode eagerly.
-    if not model.cfg.word_positions and (graph or (graph is None and memory.device.type == "cuda")):
+    # A family whose step cannot be captured (no `capturable`) always steps eagerly.
+    capturable = getattr(model, "capturable", False) and not getattr(model.cfg, "word_positions", False)
+    if capturable and (graph or (graph is None and memory.device.type == "cuda")):
         step = StepGraph(model, memory, mask, cache)
         return step.cache, lambda tokens, t: step(tokens[:, -1], t)
-    return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t,
-                                                      model.step_positions(tokens))
+    positions = getattr(model, "step_positions", lambda tokens: None)     # word positions: a Transformer's
+    return cache, lambda tokens, t: model.decode_step(tokens[:, -1], memory, mask, cache, t, positions(tokens))
 
 
-def _length_limits(model: Transformer, src: torch.Tensor, max_extra: int) -> torch.Tensor:
+def _length_limits(model: Seq2SeqModel, src: torch.Tensor, max_extra: int) -> torch.Tensor:
     """Per-sentence output limit: source length + max_extra tokens (EOS included), and never more
     positions than the model has (cfg.max_len)."""
     return ((src != model.cfg.pad_id).sum(1) + max_extra).clamp(max=model.cfg.max_len)
@@ -43,7 +45,7 @@ def _strip(seq: list[int], eos: int) -> list[int]:
 
 
 @torch.no_grad()
-def greedy(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_extra: int = 50,
+def greedy(model: Seq2SeqModel, src: torch.Tensor, bos: int, eos: int, max_extra: int = 50,
            use_cache: bool = True, graph: bool | None = None) -> list[list[int]]:
     model.eval()
     memory, mask = model.encode(src)
@@ -70,7 +72,7 @@ def length_penalty(length: int | torch.Tensor, alpha: float):
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_size: int = 4,
+def beam_search(model: Seq2SeqModel, src: torch.Tensor, bos: int, eos: int, beam_size: int = 4,
                 alpha: float = 0.6, max_extra: int = 50, use_cache: bool = True,
                 graph: bool | None = None, constraint=None) -> list[list[int]]:
     """Batched beam search. Each step extends every live beam, keeps the 2K best candidates so that K
@@ -128,8 +130,7 @@ def beam_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, beam_
         if constraint is not None:
             constraint.advance(src_rows, tokens[:, -1])
         if cache is not None:
-            for self_cache, _ in cache:                                  # cross caches equal within a sentence
-                self_cache.reorder(src_rows)
+            model.reorder_cache(cache, src_rows)
         done |= at_limit[:, 0] | (best_score >= scores[:, 0] / best_possible_lp)
         if bool(done.all()):
             break

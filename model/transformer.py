@@ -108,6 +108,8 @@ class Transformer(nn.Module):
     """Figure 1. kernel: the attention kernel of every layer (model/kernels.py); loss_impl: how `loss` computes
     the vocabulary projection and loss (model/loss.py)."""
 
+    capturable = True     # decode_step takes a 0-d device offset: one CUDA graph serves every step
+
     def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto", loss_impl: LossImpl = "auto"):
         super().__init__()
         self.cfg = cfg
@@ -252,6 +254,12 @@ class Transformer(nn.Module):
     def new_cache(self, batch: int, max_len: int, like: torch.Tensor) -> list[tuple[KVCache, KVCache]]:
         return [(layer.self_attn.sublayer.empty_cache(batch, max_len, like), KVCache())
                 for layer in self.decoder.layers]
+
+    def reorder_cache(self, cache: list[tuple[KVCache, KVCache]], rows: torch.Tensor) -> None:
+        """Keep the self-attention caches of the beams that survive a beam-search step (rows: their indices);
+        the cross-attention caches are equal within a sentence and stay."""
+        for self_cache, _ in cache:
+            self_cache.reorder(rows)
 
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                     cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor,

@@ -142,6 +142,83 @@ def test_two_study_modules_import_ray_and_one_mlflow():
     assert users == {"ray": ["harness.study.parallel", "harness.study.runner"], "mlflow": ["harness.tracking"]}
 
 
+# --- ARCHITECTURE.md's "may import" table ---------------------------------------------------------------
+
+def _path_module(path: str) -> str:
+    """`harness/data/` -> harness.data; `harness/trial.py` -> harness.trial; `harness/__init__.py` -> harness."""
+    parts = path.strip("/").removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _short(path: str) -> str:
+    """How the table's last column names a part: `harness/data/` -> data, `harness/trial.py` -> trial."""
+    return path.strip("/").removesuffix(".py").split("/")[-1]
+
+
+def import_table(text: str) -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table -> {module prefix: the short names of the parts it may import}. A row may
+    name several paths (all in its first cell, each in backticks); "any part" allows everything ("*")."""
+    import re
+    table = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| `") or len(cells) < 3:
+            continue
+        paths = re.findall(r"`([^`]+)`", cells[0])
+        allowed = {"*"} if "any part" in cells[-1] else set(re.findall(r"`([^`]+)`", cells[-1]))
+        for p in paths:
+            table[_path_module(p)] = allowed | {_short(q) for q in paths}
+    return table
+
+
+def part_of(mod: str, table: dict[str, set[str]]) -> str | None:
+    """The table's row a module belongs to: the longest path prefix (harness.data.ptb -> harness.data)."""
+    best = None
+    for prefix in table:
+        if (mod == prefix or mod.startswith(prefix + ".")) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return best
+
+
+def table_violations(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    """Every import the table does not allow, and every module in no row of it."""
+    out = []
+    for mod in sorted(graph):
+        part = part_of(mod, table)
+        if part is None:
+            out.append(f"{mod} belongs to no part of the table")
+            continue
+        for dep in sorted(graph[mod]):
+            dep_part = part_of(dep, table)
+            if dep_part is None or dep_part == part or "*" in table[part]:
+                continue
+            if _short(dep_part.replace(".", "/")) not in table[part]:
+                out.append(f"{mod} imports {dep}, but {part} may import only {sorted(table[part])}")
+    return out
+
+
+def test_every_import_is_one_the_architecture_table_allows():
+    table = import_table((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    assert len(table) >= 16 and table["model"] == {"model"}, table     # the table was found and read
+    graph = {m: deps for m, (deps, _) in imports().items()}
+    assert table_violations(graph, table) == []
+
+
+def test_the_table_check_catches_a_wrong_import():
+    # What a deliberately wrong import does to the check: the model core reaching into the data layer, and
+    # a report reaching the trainer, are each named; a module outside every row is too.
+    table = import_table((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    graph = {m: set(deps) for m, (deps, _) in imports().items()}
+    graph["model.layers"].add("harness.data.batching")
+    graph["harness.report.table3"].add("harness.train.loop")
+    graph["stray.module"] = set()
+    found = table_violations(graph, table)
+    assert found == ["harness.report.table3 imports harness.train.loop, but harness.report may import only "
+                     "['errors', 'io', 'paper', 'probes', 'report', 'tracking']",
+                     "model.layers imports harness.data.batching, but model may import only ['model']",
+                     "stray.module belongs to no part of the table"]
+
+
 def test_no_function_is_over_80_lines_outside_the_made_up_grammar():
     long = []
     for mod, path in sources().items():

@@ -8,7 +8,6 @@ backward = 2 x forward), which fvcore and torch.utils.flop_counter reproduce exa
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import statistics
 import time
@@ -24,6 +23,7 @@ from model.layers import sinusoid_table
 from harness.system import pin_allocator
 from harness.errors import UserError
 from harness.probes.flops import count_analytic
+from harness.probes.peak import matmul_peak
 from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
 PAD, BOS, EOS = 0, 2, 3
@@ -93,24 +93,6 @@ def _timed(fn, device) -> float:
     fn()
     _sync(device)
     return time.perf_counter() - t0
-
-
-def matmul_peak(device, dtype) -> float:
-    """TFLOP/s of a large square matmul in this dtype, its best of 10: the machine's own yardstick for
-    utilization (a best, not a median, so that a busy moment does not lower the bar). Measured once per
-    process, device, dtype and thread count (a Ray worker runs trial after trial: 2 s each on one CPU core)."""
-    return _matmul_peak(str(device), dtype, torch.get_num_threads())
-
-
-@functools.lru_cache(maxsize=None)
-def _matmul_peak(device_name: str, dtype, threads: int) -> float:
-    device = torch.device(device_name)
-    n = 8192 if device.type == "cuda" else 2048
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    times = [_timed(lambda: a @ b, device) for _ in range(10)]
-    return 2 * n ** 3 / min(times) / 1e12
 
 
 def training_step(model: nn.Module, loss_fn, batch, n_tgt: int, dtype, packing=None):

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from model import Transformer, beam_search
+from model import Seq2SeqModel, beam_search
 
 from harness.data.batching import ParallelData, token_batches
 from harness.data.bpe import BOS, EOS, Tokenizer
@@ -16,7 +16,7 @@ from harness.eval.parse import TreeConstraint, parse_scores
 
 
 @torch.no_grad()
-def perplexity(model: Transformer, data: ParallelData, max_tokens: int, device: torch.device,
+def perplexity(model: Seq2SeqModel, data: ParallelData, max_tokens: int, device: torch.device,
                autocast=None) -> float:
     """exp(mean NLL per target subword, EOS included), label smoothing off: the paper's PPL (dev)."""
     model.eval()
@@ -31,7 +31,7 @@ def perplexity(model: Transformer, data: ParallelData, max_tokens: int, device: 
 
 
 @torch.no_grad()
-def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, device: torch.device,
+def translate(model: Seq2SeqModel, tokenizer: Tokenizer, data: ParallelData, device: torch.device,
               beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50, max_tokens: int = 4000,
               autocast=None, constraint_for=None) -> list[str]:
     """Beam-search translations of every source sentence, in the data's order (§6.1 settings by default).
@@ -51,7 +51,7 @@ def translate(model: Transformer, tokenizer: Tokenizer, data: ParallelData, devi
     return tokenizer.decode(out)
 
 
-def evaluate(model: Transformer, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
+def evaluate(model: Seq2SeqModel, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
              beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
              autocast, constrained: bool = False, lang: str = "de", moses: str = "2025") -> tuple[dict, list[str]]:
     """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper),

@@ -85,6 +85,17 @@ def count_analytic(cfg: TransformerConfig, B: int, S: int, T: int) -> dict:
                    counts="two FLOPs per multiply-add; backward = 2 x forward")
 
 
+def training_flops_per_target_token(cfg, S: int, T: int) -> float:
+    """Training FLOPs per target token of a model config of any family, for a source of S and a target of T
+    tokens: the analytic count for the Transformer; for another family (model/family.py), whose terms this
+    module does not derive, the usual 6 FLOPs per parameter per target token (forward 2, backward 4)."""
+    if isinstance(cfg, TransformerConfig):
+        return count_analytic(cfg, 1, S, T)["flops_per_target_token"]
+    from model import build_model, count_parameters
+    with torch.device("meta"):
+        return 6.0 * count_parameters(build_model(cfg))
+
+
 # --- shared helpers -------------------------------------------------------------------------------------
 
 def _result(method: str, step_flops: float, B: int, T: int, **extra) -> dict:

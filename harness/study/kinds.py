@@ -12,10 +12,10 @@ from typing import Callable
 
 import torch
 
-from model import Transformer, count_parameters
+from model import build_model, count_parameters
 
 from harness.data.corpus import DataConfig, prepare_data
-from harness.probes.flops import count_analytic
+from harness.probes.flops import training_flops_per_target_token
 from harness.study.spec import Study
 from harness.trial import Trial
 
@@ -27,13 +27,13 @@ def estimated_flops(trial: Trial) -> float:
     token, for sentences of ASSUMED_SENTENCE_LEN, x tokens per step x steps (padding left out)."""
     model_cfg, train_cfg, _ = trial.configs()
     n = ASSUMED_SENTENCE_LEN
-    return count_analytic(model_cfg, 1, n, n)["flops_per_target_token"] * train_cfg.batch_tokens * train_cfg.steps
+    return training_flops_per_target_token(model_cfg, n, n) * train_cfg.batch_tokens * train_cfg.steps
 
 
 def parameter_count(trial: Trial) -> int:
     """Counted on the meta device: no memory, even for paper_big."""
     with torch.device("meta"):
-        return count_parameters(Transformer(trial.configs()[0]))
+        return count_parameters(build_model(trial.configs()[0]))
 
 
 @dataclass(frozen=True)

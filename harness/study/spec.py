@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from model import PRESETS, ConfigError, get_preset
+from model import PRESETS, ConfigError, get_preset, with_settings
+from model.family import to_dict
 
 from harness import overrides
 from harness.data.corpus import DataConfig
@@ -271,17 +272,18 @@ def _scaled(value, factor):
 
 
 def _resolve(preset_name: str, base: dict, row: dict, factors: dict, prof: dict, seed: int) -> Trial:
-    model = get_preset(preset_name).replace(**base["model"]).replace(**row["model"])
+    # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
+    model = with_settings(with_settings(get_preset(preset_name), **base["model"]), **row["model"])
     train = dataclasses.replace(TRAIN_PRESETS[preset_name], **{**base["train"], **row["train"]})
     data = dataclasses.replace(DataConfig(), **{**base["data"], **row["data"]})
-    model = model.replace(**{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
+    model = with_settings(model, **{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
     train = dataclasses.replace(train, **{k: _scaled(getattr(train, k), f) for k, f in factors["train"].items()})
     data = dataclasses.replace(data, **{k: _scaled(getattr(data, k), f) for k, f in factors["data"].items()})
-    model = model.replace(**prof["model"])
+    model = with_settings(model, **prof["model"])
     train = dataclasses.replace(train, **prof["train"], seed=seed)
     train.validate()
     data = dataclasses.replace(data, **prof["data"])
-    return Trial(row="", seed=seed, model=model.to_dict(), train=dataclasses.asdict(train),
+    return Trial(row="", seed=seed, model=to_dict(model), train=dataclasses.asdict(train),
                  data=dataclasses.asdict(data))
 
 

@@ -105,7 +105,7 @@ class Checkpointer:
         state = latest_readable_checkpoint(self.dir)
         if state is None:
             return 0, {"train_seconds": 0.0, "tokens_seen": 0}
-        if state.get("version") != CHECKPOINT_VERSION or state.get("config") != self.config:
+        if state.get("version") != CHECKPOINT_VERSION or _named(state.get("config")) != _named(self.config):
             raise UserError(f"checkpoint {list_checkpoints(self.dir)[-1]} was written by another config or "
                             "version; use a new --out directory or delete its checkpoints.")
         model.load_state_dict(state["model"])
@@ -160,3 +160,11 @@ class Checkpointer:
         """The mean weights of the last n checkpoints, and how many there were."""
         paths = list_checkpoints(self.dir)[-n:]
         return average_checkpoints(paths), len(paths)
+
+
+def _named(config: dict | None) -> dict | None:
+    """config with its model's family named: checkpoints written before model families existed are the
+    Transformer's."""
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        return config
+    return {**config, "model": {"family": "transformer", **config["model"]}}

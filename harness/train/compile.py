@@ -6,12 +6,12 @@ from typing import Callable
 
 import torch
 
-from model import Transformer
+from model import Seq2SeqModel
 
 from harness.train.config import TrainConfig
 
 
-def training_loss(model: Transformer, cfg: TrainConfig, n_shapes: int = 0) -> Callable:
+def training_loss(model: Seq2SeqModel, cfg: TrainConfig, n_shapes: int = 0) -> Callable:
     """model.loss, or with cfg.compile the same loss around a compiled encoder-decoder (`model.hidden`):
     the projection and the loss stay eager (model/loss.py: no (tokens x vocab) tensor), and the compiled
     part has no data-dependent shapes. With shape buckets (n_shapes > 0) the graphs are static, one per

@@ -15,7 +15,8 @@ from typing import Callable
 
 import torch
 
-from model import Transformer, TransformerConfig, count_parameters
+from model import ModelConfig, Seq2SeqModel, build_model, count_parameters, with_settings
+from model.family import to_dict
 
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
@@ -66,7 +67,7 @@ def train_step(model, opt, loss_fn, micro: list, lr: float, label_smoothing: flo
 class _LossModule(torch.nn.Module):
     """The training loss as a module's forward, so that DDP can wrap it (DDP hooks forward, not model.loss)."""
 
-    def __init__(self, model: Transformer, loss_fn: Callable):
+    def __init__(self, model: Seq2SeqModel, loss_fn: Callable):
         super().__init__()
         self.model, self.loss_fn = model, loss_fn
 
@@ -74,7 +75,7 @@ class _LossModule(torch.nn.Module):
         return self.loss_fn(*args, **kwargs)
 
 
-def data_parallel(model: Transformer, loss_fn: Callable, device: torch.device, ranks: Ranks, seed: int):
+def data_parallel(model: Seq2SeqModel, loss_fn: Callable, device: torch.device, ranks: Ranks, seed: int):
     """DDP around the loss (None for one process). Every rank starts from rank 0's weights (DDP broadcasts
     them); each rank other than 0 then draws its own dropout masks (rank 0 keeps one process's stream)."""
     if ranks.world == 1:
@@ -86,11 +87,12 @@ def data_parallel(model: Transformer, loss_fn: Callable, device: torch.device, r
     return ddp
 
 
-def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path,
+def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path,
           dataset: Dataset | None, ranks: Ranks = SINGLE):
     """The device, the data, the resolved config (written to config.json), the seeded model and Adam."""
     cfg.validate()
-    if model_cfg.word_positions and cfg.pack:          # refused before anything is read or written
+    word_positions = getattr(model_cfg, "word_positions", False)     # a Transformer setting; other families: off
+    if word_positions and cfg.pack:          # refused before anything is read or written
         raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
                         "set train.pack false.")
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
@@ -98,20 +100,20 @@ def setup(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, 
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
     check_writable(out, "output directory", "choose a writable path")
     data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
-    model_cfg = model_cfg.replace(vocab_size=data.tokenizer.vocab_size)
-    resolved = {"model": model_cfg.to_dict(), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
+    model_cfg = with_settings(model_cfg, vocab_size=data.tokenizer.vocab_size)
+    resolved = {"model": to_dict(model_cfg), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
     if ranks.is_main:
         (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
     torch.manual_seed(cfg.seed)
-    model = Transformer(model_cfg).to(device)
-    if model_cfg.word_positions:
+    model = build_model(model_cfg).to(device)
+    if word_positions:
         model.mark_words(*data.tokenizer.word_marks())
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2),
                            eps=cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
     return device, data, resolved, model, opt
 
 
-def train(model_cfg: TransformerConfig, cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
+def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
           quiet: bool = False, dataset: Dataset | None = None, on_log: Callable[[int, dict], None] | None = None,
           hooks: tuple[StepHook, ...] = (), ranks: Ranks = SINGLE) -> dict:
     """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics (on ranks

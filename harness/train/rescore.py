@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from model import ConfigError, Transformer, TransformerConfig
+from model import ConfigError, ModelConfig, build_model, config_from_dict
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
@@ -29,14 +29,14 @@ from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
 
 
-def _run_config(run_dir: Path) -> tuple[TransformerConfig, TrainConfig, DataConfig]:
+def _run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
     path = run_dir / "config.json"
     if not path.is_file():
         raise UserError(f"{run_dir}: no config.json; pass the directory of a finished run (what `train --out` or a "
                         "study trial wrote: config.json, checkpoints/, metrics.json).")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-        return TransformerConfig(**cfg["model"]), TrainConfig(**cfg["train"]), DataConfig(**cfg["data"])
+        return config_from_dict(cfg["model"]), TrainConfig(**cfg["train"]), DataConfig(**cfg["data"])
     except (ValueError, KeyError, TypeError, ConfigError) as err:
         raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness wrote.") from None
 
@@ -59,7 +59,7 @@ def final_weights(run_dir: Path, average_last: int, checkpoint: int | None = Non
     return average_checkpoints(paths), paths
 
 
-def run_tokenizer(run_dir: Path, model_cfg: TransformerConfig, data_cfg: DataConfig) -> Tokenizer:
+def run_tokenizer(run_dir: Path, model_cfg: ModelConfig, data_cfg: DataConfig) -> Tokenizer:
     """The run's own BPE model, or the same one rebuilt (deterministically) from its training data."""
     if (run_dir / "bpe.model").is_file():
         return Tokenizer(run_dir / "bpe.model")
@@ -107,9 +107,9 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
                         "the run's training data changed since it ran.")
     data, lang = read_split(data_dir, split, data_cfg.task, tokenizer, model_cfg.max_len, data_cfg.parse_tags)
     dev = resolve_device(device)
-    model = Transformer(model_cfg).to(dev)
+    model = build_model(model_cfg).to(dev)
     model.load_state_dict(weights)
-    if model_cfg.word_positions:
+    if getattr(model_cfg, "word_positions", False):
         model.mark_words(*tokenizer.word_marks())
     metrics, _ = evaluate(model, tokenizer, data, dev, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
