@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, one_line_warning
 
 
 def invocation_name(text: str) -> str:
@@ -169,7 +169,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from harness.report import report_all
+    from harness.report.writers import report_all
     paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile,
                        variant=args.name)
     for p in paths:
@@ -356,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import warnings
+    warnings.formatwarning = one_line_warning
     try:
         return args.func(args)
     except UserError as err:

@@ -9,6 +9,7 @@ import json
 import os
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from model import ModelConfig, config_from_dict, with_settings
 
 from harness import system
+from harness.errors import HarnessWarning
 from harness.data.corpus import DataConfig
 from harness.io import atomic_write
 from harness.tracking import RUN_POINTER, TrialRun, flatten
@@ -89,7 +91,7 @@ def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
     out_dir = Path(ctx["run_dir"]) / trial.key
     out_dir.mkdir(parents=True, exist_ok=True)
     pid_file = "worker.pid" if ranks.is_main else f"worker.rank{ranks.rank}.pid"
-    (out_dir / pid_file).write_text(f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
+    atomic_write(out_dir / pid_file, f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
     if not ranks.is_main:
         _training_trial(trial, out_dir, None, ranks)
         return {}
@@ -101,20 +103,42 @@ def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
     # Where this trial's child run is, so that `python -m harness evaluate RUN_DIR` can log to it later
     atomic_write(out_dir / RUN_POINTER, json.dumps({"tracking_uri": ctx["uri"], "run_id": run.run_id,
                                                     "experiment_id": ctx["experiment_id"]}) + "\n")
-    try:
-        metrics, summary = body(trial, out_dir, run, ranks)
-    except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
-        reason = f"{type(err).__name__}: {err}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         try:
-            run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
-        except Exception:         # the store itself is what failed: nothing more can be recorded there
-            pass
-        raise
+            metrics, summary = body(trial, out_dir, run, ranks)
+        except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
+            reason = f"{type(err).__name__}: {err}"
+            try:
+                _record_warnings(run, out_dir, caught)
+                run.finish("FAILED", reason + "\n" + traceback.format_exc(limit=5))
+            except Exception:         # the store itself is what failed: nothing more can be recorded there
+                pass
+            raise
+    said = _record_warnings(run, out_dir, caught)
     run.finish("FINISHED")
     wall = time.perf_counter() - t_start
     return {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
-            "summary": summary, "trial_seconds": wall, "mlflow_seconds": run.seconds, "run_id": run.run_id,
+            "summary": summary, "warnings": "\n".join(said), "trial_seconds": wall, "mlflow_seconds": run.seconds,
+            "run_id": run.run_id,
             "started_at": started_at, "ended_at": time.time()}
+
+
+# Library housekeeping (deprecations), not a sign that this run went differently from what it was asked.
+_HOUSEKEEPING = (DeprecationWarning, PendingDeprecationWarning, FutureWarning, ImportWarning)
+
+
+def _record_warnings(run: TrialRun, out_dir: Path, caught: list) -> list[str]:
+    """The warnings raised inside a trial (Ray keeps a worker's stderr from the driver), each once: in the
+    child run as the tag `warnings` (their count) and the artifact warnings.txt, and returned for the
+    driver to print, one line each."""
+    said = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught
+                              if not issubclass(w.category, _HOUSEKEEPING)))
+    if said:
+        path = atomic_write(out_dir / "warnings.txt", "\n".join(said) + "\n")
+        run.client.set_tag(run.run_id, "warnings", str(len(said)))
+        run.log_artifacts([path])
+    return said
 
 
 FAULT_ENV = "HARNESS_INJECT_FAULT"
@@ -124,17 +148,18 @@ def injected_fault(row: str, rank: int = 0) -> tuple[str, int] | None:
     """Fault injection for the reliability tests (docs/reliability.md): HARNESS_INJECT_FAULT="KIND@ROW:STEP"
     with KIND nan (the loss of that step becomes NaN), oom (an out-of-memory error at that step), crash
     (the worker process dies at that step, once: a retry gets past it) or slow (every step from that one
-    on takes 0.25 s longer, so that a test can act mid-trial), on rank 0, or on another rank of a
+    on takes 0.25 s longer, so that a test can act mid-trial) or warn (a HarnessWarning
+    at that step, as a degraded fast path raises one), on rank 0, or on another rank of a
     data-parallel trial with "KIND@ROW:STEP/RANK". Several faults: comma-separated."""
     for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
         try:
             kind, rest = item.split("@", 1)
             where, at = rest.rsplit(":", 1)
             step, _, on_rank = at.partition("/")
-            if where == row and kind in ("nan", "oom", "crash", "slow") and int(on_rank or 0) == rank:
+            if where == row and kind in ("nan", "oom", "crash", "slow", "warn") and int(on_rank or 0) == rank:
                 return kind, int(step)
         except ValueError:
-            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP[/RANK] (KIND nan, oom, crash or slow)") from None
+            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP[/RANK] (KIND nan, oom, crash, slow or warn)") from None
     return None
 
 
@@ -152,6 +177,8 @@ def fault_hook(fault: tuple[str, int] | None, out: Path, rank: int = 0) -> tuple
             return loss_sum
         if kind == "nan":
             return loss_sum * float("nan")
+        if kind == "warn":
+            warnings.warn(HarnessWarning(f"injected warning at step {step}"), stacklevel=2)
         if kind == "oom":
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {step})")
         marker = out / (f".crashed_at_{step}" + (f"_rank{rank}" if rank else ""))
@@ -227,7 +254,7 @@ def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SI
                         "path_max_n": last["n"]})
     metrics["device"] = result["device"]
     run.log_final(metrics, 0)
-    (out_dir / "scaling.json").write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(out_dir / "scaling.json", json.dumps(result, indent=2) + "\n")
     run.log_artifacts([out_dir / "scaling.json"])
     summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
     return metrics, summary

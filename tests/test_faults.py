@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from harness.data.corpus import DataConfig
+from harness.errors import HarnessWarning
 from harness.train import TrainConfig, train
 from model import get_preset
 
@@ -156,8 +157,9 @@ def _with_fault(tmp_path: Path, cache: Path, fault: str) -> tuple[str, subproces
 
 
 def test_worker_dying_mid_trial_is_retried_from_its_checkpoint(tmp_path, reference):
+    # ... and a warning raised inside another trial reaches the driver's terminal and that trial's child run
     ref, cache = reference
-    uri, done = _with_fault(tmp_path, cache, "crash@A1:60")
+    uri, done = _with_fault(tmp_path, cache, "crash@A1:60,warn@C1:40")
     assert done.returncode == 0, done.stdout + done.stderr
     client, parents, children = _runs(uri)
     assert len(parents) == 1 and len(children) == 3
@@ -167,10 +169,17 @@ def test_worker_dying_mid_trial_is_retried_from_its_checkpoint(tmp_path, referen
     assert _steps(client, a1.info.run_id) == list(range(5, 151, 5))
     for r in children:
         assert r.data.metrics["dev_ppl"] == ref[r.data.tags["row"]], r.data.tags["row"]
+    said = "HarnessWarning: injected warning at step 40"
+    assert f"warning [C1-s0]: {said}" in done.stdout, done.stdout
+    by_row = {r.data.tags["row"]: r for r in children}
+    assert by_row["C1"].data.tags.get("warnings") == "1"
+    assert said in Path(client.download_artifacts(by_row["C1"].info.run_id, "warnings.txt", str(tmp_path))).read_text()
+    # the trials that raised none carry no warnings tag (nothing routine is reported as a warning)
+    assert "warnings" not in by_row["base"].data.tags and "warnings" not in by_row["A1"].data.tags
 
 
 def test_injected_nan_fails_its_row_after_the_retries_the_others_finish(tmp_path, reference):
-    from harness.report import write_report
+    from harness.report.writers import write_report
     from harness.train import list_checkpoints, load_checkpoint
     _, cache = reference
     uri, done = _with_fault(tmp_path, cache, "nan@A1:30")
@@ -276,7 +285,7 @@ def test_unwritable_runs_dir_is_one_sentence_and_nothing_started(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_corrupted_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
+def test_corrupted_checkpoint_falls_back_to_the_one_before(tmp_path):
     model = get_preset("tiny").replace(d_model=32, d_ff=64, n_layers=1, n_heads=2, vocab_size=300, max_len=128)
     cfg = TrainConfig(steps=40, warmup=10, max_tokens=600, batch_tokens=600, checkpoint_every=10,
                       checkpoint_minutes=0, log_every=5, bleu_sentences=4, max_extra=3)
@@ -292,9 +301,8 @@ def test_corrupted_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
     state = torch.load(ckpts[-2], weights_only=True)
     state["config"]["train"]["steps"] = 40
     torch.save(state, ckpts[-2])
-    capsys.readouterr()
-    again = train(model, resumed_cfg, data, tmp_path / "cut", quiet=True)
-    assert "step_00000030.pt cannot be read" in capsys.readouterr().err
+    with pytest.warns(HarnessWarning, match="step_00000030.pt cannot be read"):
+        again = train(model, resumed_cfg, data, tmp_path / "cut", quiet=True)
     assert (tmp_path / "cut" / "checkpoints" / "step_00000030.pt.corrupt").exists()
     assert again["dev_ppl"] == whole["dev_ppl"] and again["steps"] == 40
     steps = [int(line.split('"step": ')[1].split(",")[0])

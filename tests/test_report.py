@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from harness.errors import UserError
 from harness.paper import load_tables
-from harness.report import report_all, write_report
+from harness.report.writers import report_all, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SHA = "0123abcd4567ef"

@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from harness.paper import load_tables, table1_columns
 from harness.probes.cost import training_costs
-from harness.report import write_report
+from harness.report.writers import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SHA = "89abcdef0123"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.data.corpus import DataConfig, load_dataset
-from harness.errors import UserError
+from harness.errors import HarnessWarning, UserError, one_line_warning
 from harness.train import TrainConfig, average_checkpoints, learning_rate, list_checkpoints, train
 from model import Transformer, TransformerConfig
 
@@ -80,13 +80,15 @@ def test_a_checkpoint_from_another_config_is_refused(tmp_path, data_cfg, dataset
         train(MODEL.replace(d_ff=128), TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
 
 
-def test_a_corrupted_checkpoint_is_named_and_set_aside(tmp_path, data_cfg, dataset, capsys):
+def test_a_corrupted_checkpoint_is_named_and_set_aside(tmp_path, data_cfg, dataset):
     first = train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
     last = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
     last.write_bytes(last.read_bytes()[:100])
-    capsys.readouterr()
-    again = train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
-    assert f"{last.name} cannot be read" in capsys.readouterr().err
+    with pytest.warns(HarnessWarning, match=f"{last.name} cannot be read") as said:
+        again = train(MODEL, TRAIN, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    # as the command line prints it: one line, no source excerpt
+    line = one_line_warning(said[0].message, said[0].category, said[0].filename, said[0].lineno)
+    assert line.startswith("warning: ") and line.count("\n") == 1 and "cannot be read" in line
     assert last.with_name(last.name + ".corrupt").exists()
     assert again["dev_ppl"] == first["dev_ppl"]      # retrained from the checkpoint before, bit for bit
 
@@ -178,3 +180,12 @@ def test_compiled_bucketed_training_matches_eager_and_compiles_once_per_shape(tm
     assert curves["compiled"] == pytest.approx(curves["eager"], rel=1e-4)
     # 3 steps of 2 micro-batches: at most 6 shapes met, each compiled once (no recompiling a shape seen).
     assert 1 <= metrics["compiled"]["compiled_graphs"] <= min(6, metrics["compiled"]["batch_shapes"])
+
+
+def test_a_run_says_where_it_trains_and_in_what_precision():
+    from harness.train.device import device_note
+    assert device_note("auto", torch.device("cpu"), True) == \
+        "training on cpu (device auto: no CUDA device here), fp32 (amp applies on CUDA only)"
+    assert device_note("cpu", torch.device("cpu"), False) == "training on cpu, fp32"
+    assert device_note("auto", torch.device("cuda", 0), True) == \
+        "training on cuda:0 (device auto: a CUDA device), bf16 autocast (amp)"

@@ -38,6 +38,7 @@ from model.cuda_graph import StepGraph
 
 from harness.bench.speed import PAD, _bench_preset, _sync, packed, synthetic_batch, training_step
 from harness.data.corpus import DataConfig
+from harness.io import atomic_write
 from harness.train import TRAIN_PRESETS, TrainConfig, resolve_device, train, training_loss
 
 
@@ -184,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
     shutil.rmtree(work, ignore_errors=True)
     report["total_seconds"] = round(time.perf_counter() - start, 1)
-    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write(args.out / "gpu_check.json", json.dumps(report, indent=2, default=str) + "\n")
     summary = _summary(report)
-    (args.out / "gpu_check.md").write_text(summary)
+    atomic_write(args.out / "gpu_check.md", summary)
     print(summary)
     return 1 if report["failed"] else 0
 

@@ -354,9 +354,10 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
 
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
-                r = trial.last_result
-                progress.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: "
-                             f"{r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
+                r, key = trial.last_result, f"{trial.config['trial']['row']}-s{trial.config['trial']['seed']}"
+                progress.say(f"  {key}: {r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
+                for line in filter(None, str(r.get("warnings") or "").splitlines()):
+                    progress.say(f"  warning [{key}]: {line}")     # raised inside the trial (harness/trial.py)
 
             def on_trial_error(self, iteration, trials, trial, **info):
                 progress.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED")

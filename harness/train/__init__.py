@@ -5,9 +5,8 @@ sets up the components (config, device, stream, checkpoint, log, compile, finish
 
 from harness.train.checkpoint import (CHECKPOINT_VERSION, Checkpointer, average_checkpoints, latest_readable_checkpoint,
                          list_checkpoints, load_checkpoint, save_checkpoint)
-from harness.train.compile import _compiled_graphs, training_loss
+from harness.train.compile import training_loss
 from harness.train.config import COMPILE_MODES, TRAIN_PRESETS, TrainConfig, learning_rate
-from harness.io import check_writable
 from harness.train.device import autocast_for, resolve_device
 from harness.train.finish import finish
 from harness.train.log import MetricsLog, Progress
@@ -15,6 +14,6 @@ from harness.train.loop import StepHook, train, train_step
 from harness.train.stream import BatchStream
 
 __all__ = ["CHECKPOINT_VERSION", "COMPILE_MODES", "TRAIN_PRESETS", "BatchStream", "Checkpointer", "MetricsLog",
-           "Progress", "StepHook", "TrainConfig", "_compiled_graphs", "autocast_for", "average_checkpoints",
-           "check_writable", "finish", "latest_readable_checkpoint", "learning_rate", "list_checkpoints",
+           "Progress", "StepHook", "TrainConfig", "autocast_for", "average_checkpoints",
+           "finish", "latest_readable_checkpoint", "learning_rate", "list_checkpoints",
            "load_checkpoint", "resolve_device", "save_checkpoint", "train", "train_step", "training_loss"]

@@ -4,14 +4,14 @@ the run's clock and the RNG state, so that a resumed run repeats the uninterrupt
 
 from __future__ import annotations
 
-import os
-import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
 
-from harness.errors import UserError
+from harness.errors import HarnessWarning, UserError
+from harness.io import atomic_writer
 from harness.train.dist import SINGLE, Ranks
 
 CHECKPOINT_VERSION = 1
@@ -19,12 +19,8 @@ CHECKPOINT_VERSION = 1
 
 def save_checkpoint(path: Path, state: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:        # written whole and synced, then renamed: a reader sees all or nothing
+    with atomic_writer(path, binary=True) as f:     # whole and synced, then renamed: all or nothing
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -56,8 +52,8 @@ def latest_readable_checkpoint(ckpt_dir: Path) -> dict | None:
             return load_checkpoint(path)
         except UserError as err:
             path.rename(path.with_name(path.name + ".corrupt"))
-            print(f"warning: {err} Renamed it {path.name}.corrupt; resuming from the one before.",
-                  file=sys.stderr, flush=True)
+            warnings.warn(HarnessWarning(f"{err} Renamed it {path.name}.corrupt; resuming from the one before."),
+                          stacklevel=2)
     return None
 
 

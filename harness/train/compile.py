@@ -31,7 +31,7 @@ def training_loss(model: Seq2SeqModel, cfg: TrainConfig, n_shapes: int = 0) -> C
     return loss
 
 
-def _compiled_graphs() -> int:
+def compiled_graphs() -> int:
     """Graphs torch.compile has produced in this process (each recompilation for a new shape adds one)."""
     from torch._dynamo.utils import counters
     return int(counters["stats"]["unique_graphs"])

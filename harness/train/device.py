@@ -22,6 +22,16 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def device_note(asked: str, device: torch.device, amp: bool) -> str:
+    """One line saying where a run trains and in what precision, printed once at its start: which device
+    `auto` chose, and that amp (bf16 autocast) is CUDA's only, so a CPU run is fp32."""
+    chose = f" (device auto: {'a CUDA device' if device.type == 'cuda' else 'no CUDA device here'})" \
+        if asked == "auto" else ""
+    precision = "bf16 autocast (amp)" if device.type == "cuda" and amp else \
+        "fp32 (amp applies on CUDA only)" if amp else "fp32"
+    return f"training on {device}{chose}, {precision}"
+
+
 def autocast_for(device: torch.device, amp: bool) -> Callable[[], contextlib.AbstractContextManager]:
     if device.type == "cuda" and amp:
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)

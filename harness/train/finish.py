@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from harness.eval.evaluate import evaluate, perplexity
-from harness.io import atomic_write
+from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
-from harness.train.compile import _compiled_graphs
+from harness.train.compile import compiled_graphs
 from harness.train.config import TrainConfig
 
 
@@ -54,7 +54,7 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     stopped = run.pop("stopped_by_time")
     metrics.update(run)
     metrics.update({
-        "compiled_graphs": _compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
+        "compiled_graphs": compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
         "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,
         "device": str(device), "vocab_size": data.tokenizer.vocab_size, "bleu_tok_lang": data.tgt_lang,
         "bleu_tok_moses": str(cfg.bleu_moses),
@@ -64,8 +64,8 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     if is_main:
         # The run's own BPE model beside its weights: `python -m harness evaluate` reads text with it later
         atomic_write(out / "bpe.model", data.tokenizer.path.read_bytes())
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        with (out / "dev_translations.txt").open("w", encoding="utf-8") as f:
+        atomic_write(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        with atomic_writer(out / "dev_translations.txt") as f:
             for src, ref, hyp in list(zip(data.dev.src_text, data.dev.tgt_text, hyps))[:50]:
                 f.write(f"SRC {src}\nREF {ref}\nHYP {hyp}\n\n")
     return metrics

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.io import atomic_write
+
 
 class Progress:
     """One terminal line per log interval: step, loss, lr, tokens/s, ETA. Silent when quiet."""
@@ -51,7 +53,7 @@ class MetricsLog:
             rows = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
             kept = [ln for ln in rows if json.loads(ln).get("step", 0) <= resumed_step]
             if len(kept) < len(rows):
-                self.path.write_text("".join(ln + "\n" for ln in kept))
+                atomic_write(self.path, "".join(ln + "\n" for ln in kept))
         self._file = self.path.open("a")
         return self
 

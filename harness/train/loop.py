@@ -21,12 +21,12 @@ from model.family import to_dict
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
 from harness.eval.evaluate import perplexity
-from harness.io import check_writable
+from harness.io import atomic_write, check_writable
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
 from harness.train.config import TrainConfig, learning_rate
-from harness.train.device import autocast_for, resolve_device
+from harness.train.device import autocast_for, device_note, resolve_device
 from harness.train.dist import SINGLE, Ranks
 from harness.train.finish import finish
 from harness.train.log import MetricsLog
@@ -103,7 +103,7 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     model_cfg = with_settings(model_cfg, vocab_size=data.tokenizer.vocab_size)
     resolved = {"model": to_dict(model_cfg), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
     if ranks.is_main:
-        (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+        atomic_write(out / "config.json", json.dumps(resolved, indent=2) + "\n")
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg).to(device)
     if word_positions:
@@ -120,6 +120,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     other than 0: {}). on_log(step, metrics) receives each metrics row (the runner forwards them to MLflow)."""
     out = Path(out_dir)
     device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset, ranks)
+    if not quiet and ranks.is_main:
+        print(device_note(cfg.device, device, cfg.amp), flush=True)
     autocast = autocast_for(device, cfg.amp)
     lr_at = lambda s: learning_rate(s, model.cfg.d_model, cfg.warmup, cfg.lr_scale)  # noqa: E731
     stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
