@@ -106,6 +106,18 @@ class StudyTracking:
     def children(self, parent_id: str) -> list:
         return list(self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"))
 
+    def row_headlines(self, parent_id: str) -> dict[str, float]:
+        """Each row's key figure, the mean over its finished seeds, keyed `ROW/METRIC` (the first of VIEW_METRICS
+        the row's trials logged, e.g. base/dev_ppl): logged on the parent run, so that the runs table a user
+        lands on shows every row of the study with a value before any parent run is expanded."""
+        values: dict[str, list[float]] = {}
+        for run in self.children(parent_id):
+            row, metrics = run.data.tags.get("row"), run.data.metrics
+            key = next((k for k in VIEW_METRICS if k in metrics), None)
+            if run.info.status == "FINISHED" and row and key:
+                values.setdefault(f"{row}/{key}", []).append(metrics[key])
+        return {k: sum(v) / len(v) for k, v in sorted(values.items())}
+
     def start_parent(self, name: str, tags: dict[str, Any], params: dict[str, Any]) -> str:
         run = self.client.create_run(self.experiment_id, tags={**{k: str(v) for k, v in tags.items()},
                                                                "kind": PARENT_KIND}, run_name=name)

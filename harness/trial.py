@@ -32,6 +32,16 @@ _ADDED_LATER = (("data", "target", "de"), ("train", "bleu_moses", "2025"), ("dat
                 ("data", "parse_subtrees", 0), ("model", "family", "transformer"))
 
 
+def trial_key(row: str, seed: int) -> str:
+    """A trial's name everywhere: its run directory, its MLflow child run, Ray's trial name (e.g. base-s0)."""
+    return f"{row}-s{seed}"
+
+
+def spec_key(spec: dict) -> str:
+    """trial_key of a Trial as the dict Ray carries (`Trial.__dict__`)."""
+    return trial_key(spec["row"], spec["seed"])
+
+
 @dataclass(frozen=True)
 class Trial:
     """One row x seed of a study, resolved: the model, train and data settings it runs with (or, for a
@@ -47,7 +57,7 @@ class Trial:
 
     @property
     def key(self) -> str:
-        return f"{self.row}-s{self.seed}"
+        return trial_key(self.row, self.seed)
 
     @property
     def config_hash(self) -> str:

@@ -141,11 +141,16 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(TransformerConfig)]
 
 
-def unknown_field_message(name: str) -> str:
+def did_you_mean(word: object, options) -> str:
+    """' (did you mean X?)' for the closest of options, or ''. (harness.errors.suggest is the harness's own;
+    model/ imports nothing from the harness.)"""
     import difflib
-    close = difflib.get_close_matches(name, field_names(), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown model setting {name!r}{hint}; valid settings: {', '.join(field_names())}."
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_field_message(name: str) -> str:
+    return f"unknown model setting {name!r}{did_you_mean(name, field_names())}; valid settings: {', '.join(field_names())}."
 
 
 # --- Presets: frozen data. Never edit a paper preset (tensor2tensor's transformer_base drifted to pre-norm). ---
@@ -171,8 +176,5 @@ PRESETS: dict[str, TransformerConfig] = {
 
 def get_preset(name: str) -> TransformerConfig:
     if name not in PRESETS:
-        import difflib
-        close = difflib.get_close_matches(name, PRESETS, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"unknown preset {name!r}{hint}; choose one of {', '.join(PRESETS)}.")
+        raise ConfigError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name]

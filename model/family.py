@@ -22,13 +22,12 @@ Adding a family touches its own module and one `register` call.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any, Callable, NamedTuple, Protocol
 
 import torch
 from torch import nn
 
-from .config import ConfigError, TransformerConfig
+from .config import ConfigError, TransformerConfig, did_you_mean
 from .transformer import Transformer
 
 
@@ -92,9 +91,8 @@ register("transformer", TransformerConfig, Transformer,
 
 def get_family(name: str) -> Family:
     if name not in FAMILIES:
-        close = difflib.get_close_matches(str(name), FAMILIES, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"unknown model family {name!r}{hint}; choose one of {', '.join(FAMILIES)}.")
+        raise ConfigError(f"unknown model family {name!r}{did_you_mean(name, FAMILIES)}; "
+                          f"choose one of {', '.join(FAMILIES)}.")
     return FAMILIES[name]
 
 
@@ -125,9 +123,8 @@ def config_from_dict(settings: dict):
     known = {f.name for f in dataclasses.fields(family.config)}
     unknown = sorted(set(settings) - known)
     if unknown:
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"unknown {family.name} setting {unknown[0]!r}{hint}; valid: {', '.join(sorted(known))}.")
+        raise ConfigError(f"unknown {family.name} setting {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}; "
+                          f"valid: {', '.join(sorted(known))}.")
     return family.config(**settings)
 
 

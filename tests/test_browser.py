@@ -96,6 +96,8 @@ def test_the_parent_run_page_shows_the_report(served_study):
         assert f"<strong>{row}</strong>" in dom, row
     assert "wall_seconds" in dom                                      # and the parent's own metrics, by value
     assert str(parent.data.metrics["wall_seconds"]) in dom
+    for row in ("base", "A1"):                                         # each row's key figure, on the parent
+        assert f"{row}/dev_ppl" in dom and str(parent.data.metrics[f"{row}/dev_ppl"]) in dom, row
 
 
 def test_the_printed_link_opens_the_runs_table_with_the_key_metrics_as_columns(served_study):

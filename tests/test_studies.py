@@ -443,6 +443,8 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
             assert {f"version.{n}" for n in ("ray", "mlflow", "sacrebleu", "sentencepiece")} <= set(r.data.tags)
             assert len(client.get_metric_history(r.info.run_id, "train_loss")) == 3
             assert {a.path for a in client.list_artifacts(r.info.run_id)} >= {"config.json", "metrics.jsonl"}
+            # the parent carries each row's key figure (one seed here: the trial's own)
+            assert parents[0].data.metrics[f"{r.data.tags['row']}/dev_ppl"] == r.data.metrics["dev_ppl"]
         again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=600)
         assert again.returncode == 0 and "nothing to run" in again.stdout, again.stdout + again.stderr
@@ -563,7 +565,7 @@ def test_table4_wsj_sample_profile_parses_the_sample_with_its_departures_listed(
     assert t4.rows == ["wsj_only"] and len(t4.trials) == 1
     trial = t4.trials[0]
     assert trial.data["name"] == "data/ptb-wsj-sample" and trial.data["parse_tags"] is True
-    assert trial.model["word_positions"] is True and trial.model["d_model"] == 128
+    assert trial.model["word_positions"] is True and trial.model["d_model"] == 256 and trial.train["average_last"] == 5
     found = {d["key"]: d["values"] for d in departures(t4)}
     assert found["data.parse_tags"] == [{"ours": True, "paper": False, "rows": ["wsj_only"]}]
     assert found["model.word_positions"][0]["paper"] is False and "model.d_model" in found

@@ -22,11 +22,11 @@ from model.layers import sinusoid_table
 
 from harness.system import pin_allocator
 from harness.errors import UserError
+from harness.data.bpe import BOS, EOS, PAD       # the special ids of every tokenizer of the harness
 from harness.probes.flops import count_analytic
 from harness.probes.peak import matmul_peak
 from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
-PAD, BOS, EOS = 0, 2, 3
 
 
 class TorchTransformerPeer(nn.Module):

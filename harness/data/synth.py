@@ -497,179 +497,255 @@ def _french(cfg: SynthConfig) -> _Rules:
     return _Rules(lex.n_gender, _FR_PRONOUNS, _FR_CONJ, False, np, pp, clause, french_elide)
 
 
-def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[list, str, list]]:
-    """Returns sentence(rng.random) -> (src tokens, tree, tgt tokens). Closures over locals, for speed."""
-    lex = lexicon(cfg)
-    rules = _french(cfg) if cfg.target == "fr" else _german(cfg)
-    t_np, t_pp, t_clause, t_finish, rel_comma = rules.np, rules.pp, rules.clause, rules.finish, rules.rel_comma
-    max_len, max_depth, p_rel, p_coord = cfg.max_len, cfg.max_depth, cfg.p_relative, cfg.p_coord
-    p_pp, p_vpp = cfg.p_pp, 0.6 * cfg.p_pp
-    p_adj, p_adv, p_pron = cfg.p_adjective, cfg.p_adverb, cfg.p_pronoun
-    p_pl, p_past = cfg.p_plural, cfg.p_past
-    ncum, ntot = _zipf(range(cfg.n_nouns), cfg.zipf_s)
-    acum, atot = _zipf(range(cfg.n_adjectives), cfg.zipf_s)
-    rcum, rtot = _zipf(range(cfg.n_adverbs), cfg.zipf_s)
-    vcum, vtot = _zipf(range(cfg.n_verbs), cfg.zipf_s)
-    # Restricted verb samplers (transitive only; no that-clause) keep each verb's global rank weight.
-    v_t = [v for v in range(cfg.n_verbs) if lex.v_kind[v] == T]
-    v_ti = [v for v in range(cfg.n_verbs) if lex.v_kind[v] != C]
-    tcum, ttot = _zipf(v_t, cfg.zipf_s)
-    ticum, titot = _zipf(v_ti, cfg.zipf_s)
-    detcum, dettot = list(accumulate(_DET_W)), sum(_DET_W)
-    detcum[-1] = float("inf")
+class Phrase(NamedTuple):
+    """A constituent of a made-up sentence: its source words, its bracketed tree, its target tokens."""
+    src: list
+    tree: str
+    tgt: list
 
-    # Precomputed leaves and forms: the hot path only indexes and concatenates.
-    n_src = (lex.n_src, [w + "s" for w in lex.n_src])
-    n_leaf = ([f"(NN {w})" for w in n_src[0]], [f"(NNS {w})" for w in n_src[1]])
-    n_gender, n_amb, n_anim = rules.gender, lex.n_amb, lex.n_anim
-    a_src, a_leaf, a_bit = lex.a_src, [f"(JJ {w})" for w in lex.a_src], lex.a_bit
-    r_src, r_leaf = lex.r_src, [f"(ADVP (RB {w}))" for w in lex.r_src]
-    v_forms = [(w, w + "s", w + "ed") for w in lex.v_src]  # VBP, VBZ, VBD
-    v_kind, v_bit, v_amb = lex.v_kind, lex.v_bit, lex.v_amb
-    dets = [[(w, f"(DT {w})") for w, _ in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
-    prons = [(w, f"(NP (PRP {w}))", *t) for (w, _, _, _), t in zip(_PRONOUNS, rules.prons)]
-    preps_np = [(w, f"(IN {w})", b) for w, _, b in _PREP_NP]
-    preps_vp = [(w, f"(IN {w})", b) for w, _, b in _PREP_VP]
-    intens = [(w, f"(RB {w})") for w, _ in _INTENS]
-    conj_np = [(w, t) for (w, _), t in zip(_CONJ, rules.conj)]
 
-    def pp(rnd, depth, table, vp):
+class NounPhrase(NamedTuple):
+    """A noun phrase, with what the words around it agree with or depend on."""
+    src: list
+    tree: str
+    tgt: list
+    gender: int
+    plural: int
+    animate: bool
+    open: bool          # ends in a relative clause (no PP may follow it: the attachment would be ambiguous)
+
+
+class VerbObject(NamedTuple):
+    """What follows a verb: a noun phrase (transitive) or a that-clause (C verbs), or nothing."""
+    src: list | tuple
+    tree: str | None
+    tgt: list
+    comp: list | None   # a that-clause's target tokens
+    open: bool
+    sense: int          # the verb's sense, where its object's animacy decides it
+
+
+class _Grammar:
+    """The made-up English grammar and its translation rules (`_Rules`), one method per construction. Built
+    once per config: the leaves, forms and samplers are precomputed, so that the methods only draw, index
+    and concatenate. Every draw comes from `rnd`, in a fixed order, so a sentence is a function of its
+    seed (the pinned corpus digests of tests/test_synth.py hold it)."""
+
+    def __init__(self, cfg: SynthConfig):
+        lex = lexicon(cfg)
+        rules = _french(cfg) if cfg.target == "fr" else _german(cfg)
+        self.t_np, self.t_pp, self.t_clause, self.t_finish = rules.np, rules.pp, rules.clause, rules.finish
+        self.rel_comma = rules.rel_comma
+        self.max_len, self.max_depth, self.p_rel, self.p_coord = cfg.max_len, cfg.max_depth, cfg.p_relative, cfg.p_coord
+        self.p_pp, self.p_vpp = cfg.p_pp, 0.6 * cfg.p_pp
+        self.p_adj, self.p_adv, self.p_pron = cfg.p_adjective, cfg.p_adverb, cfg.p_pronoun
+        self.p_pl, self.p_past = cfg.p_plural, cfg.p_past
+        self.ncum, self.ntot = _zipf(range(cfg.n_nouns), cfg.zipf_s)
+        self.acum, self.atot = _zipf(range(cfg.n_adjectives), cfg.zipf_s)
+        self.rcum, self.rtot = _zipf(range(cfg.n_adverbs), cfg.zipf_s)
+        self.vcum, self.vtot = _zipf(range(cfg.n_verbs), cfg.zipf_s)
+        # Restricted verb samplers (transitive only; no that-clause) keep each verb's global rank weight.
+        self.v_t = [v for v in range(cfg.n_verbs) if lex.v_kind[v] == T]
+        self.v_ti = [v for v in range(cfg.n_verbs) if lex.v_kind[v] != C]
+        self.tcum, self.ttot = _zipf(self.v_t, cfg.zipf_s)
+        self.ticum, self.titot = _zipf(self.v_ti, cfg.zipf_s)
+        self.detcum, self.dettot = list(accumulate(_DET_W)), sum(_DET_W)
+        self.detcum[-1] = float("inf")
+        # Precomputed leaves and forms: the hot path only indexes and concatenates.
+        self.n_src = (lex.n_src, [w + "s" for w in lex.n_src])
+        self.n_leaf = ([f"(NN {w})" for w in self.n_src[0]], [f"(NNS {w})" for w in self.n_src[1]])
+        self.n_gender, self.n_amb, self.n_anim = rules.gender, lex.n_amb, lex.n_anim
+        self.a_src, self.a_leaf, self.a_bit = lex.a_src, [f"(JJ {w})" for w in lex.a_src], lex.a_bit
+        self.r_src, self.r_leaf = lex.r_src, [f"(ADVP (RB {w}))" for w in lex.r_src]
+        self.v_forms = [(w, w + "s", w + "ed") for w in lex.v_src]  # VBP, VBZ, VBD
+        self.v_kind, self.v_bit, self.v_amb = lex.v_kind, lex.v_bit, lex.v_amb
+        self.dets = [[(w, f"(DT {w})") for w, _ in tab] for tab in (_DET_SG, _DET_PL)]  # [pl][k]
+        self.prons = [(w, f"(NP (PRP {w}))", *t) for (w, _, _, _), t in zip(_PRONOUNS, rules.prons)]
+        self.preps_np = [(w, f"(IN {w})", b) for w, _, b in _PREP_NP]
+        self.preps_vp = [(w, f"(IN {w})", b) for w, _, b in _PREP_VP]
+        self.intens = [(w, f"(RB {w})") for w, _ in _INTENS]
+        self.conj_np = [(w, t) for (w, _), t in zip(_CONJ, rules.conj)]
+
+    # --- noun phrases ---
+
+    def pp(self, rnd, depth: int, table: list, vp: int) -> Phrase:
+        """A prepositional phrase: a preposition of `table` and its dative noun phrase."""
         k = int(rnd() * len(table))
         w, leaf, bit = table[k]
-        s, tr, tg, _, _, _, _ = np_(rnd, depth + 1, bit, DAT, False, False)
-        return [w] + s, f"(PP {leaf} {tr})", t_pp(vp, k, tg)
+        np = self.noun_phrase(rnd, depth + 1, bit, DAT, False, False)
+        return Phrase([w] + np.src, f"(PP {leaf} {np.tree})", self.t_pp(vp, k, np.tgt))
 
-    def base_np(rnd, gbit, case):
-        pl = 1 if rnd() < p_pl else 0
-        i = bisect_right(ncum, rnd() * ntot)
+    def adjectives(self, rnd, src: list, leaves: list, adjs: list, gbit: int) -> int:
+        """One or two adjectives (an intensifier now and then), appended in place; returns the sense cue for
+        the noun (the first adjective's, else gbit)."""
+        sense_bit = gbit
+        for k in range(2 if rnd() < 0.25 else 1):
+            j = bisect_right(self.acum, rnd() * self.atot)
+            if k == 0:
+                sense_bit = self.a_bit[j]  # the first adjective is the sense cue for the noun
+            if rnd() < 0.1:
+                ik = int(rnd() * 3)
+                iw, ileaf = self.intens[ik]
+                src += (iw, self.a_src[j])
+                leaves.append(f"(ADJP {ileaf} {self.a_leaf[j]})")
+                adjs.append((j, ik))
+            else:
+                src.append(self.a_src[j])
+                leaves.append(self.a_leaf[j])
+                adjs.append((j, -1))
+        return sense_bit
+
+    def base_np(self, rnd, gbit: int, case: int) -> NounPhrase:
+        """Determiner (plurals may be bare), adjectives and a noun, whose gender follows its sense."""
+        pl = 1 if rnd() < self.p_pl else 0
+        i = bisect_right(self.ncum, rnd() * self.ntot)
         src, leaves, adjs = [], [], []
         dk = -1
         if not pl or rnd() < 0.8:  # plurals may be bare
-            dk = bisect_right(detcum, rnd() * dettot)
-            src.append(dets[pl][dk][0])
-            leaves.append(dets[pl][dk][1])
-        sense_bit = gbit
-        if rnd() < p_adj:
-            for k in range(2 if rnd() < 0.25 else 1):
-                j = bisect_right(acum, rnd() * atot)
-                if k == 0:
-                    sense_bit = a_bit[j]  # the first adjective is the sense cue for the noun
-                if rnd() < 0.1:
-                    ik = int(rnd() * 3)
-                    iw, ileaf = intens[ik]
-                    src += (iw, a_src[j])
-                    leaves.append(f"(ADJP {ileaf} {a_leaf[j]})")
-                    adjs.append((j, ik))
-                else:
-                    src.append(a_src[j])
-                    leaves.append(a_leaf[j])
-                    adjs.append((j, -1))
-        sense = sense_bit if n_amb[i] else 0
-        g = n_gender[i][sense]
-        src.append(n_src[pl][i])
-        leaves.append(n_leaf[pl][i])
-        return src, "(NP " + " ".join(leaves) + ")", t_np(dk, pl, i, sense, g, case, adjs), g, pl, n_anim[i]
+            dk = bisect_right(self.detcum, rnd() * self.dettot)
+            src.append(self.dets[pl][dk][0])
+            leaves.append(self.dets[pl][dk][1])
+        sense_bit = self.adjectives(rnd, src, leaves, adjs, gbit) if rnd() < self.p_adj else gbit
+        sense = sense_bit if self.n_amb[i] else 0
+        g = self.n_gender[i][sense]
+        src.append(self.n_src[pl][i])
+        leaves.append(self.n_leaf[pl][i])
+        return NounPhrase(src, "(NP " + " ".join(leaves) + ")", self.t_np(dk, pl, i, sense, g, case, adjs), g, pl,
+                          self.n_anim[i], False)
 
-    def np_(rnd, depth, gbit, case, subj, allow_rel):
-        """-> src, tree, tgt, gender, plural, animate, open (ends in a relative clause)."""
-        if subj and rnd() < p_pron:
-            w, tree, t, g, pl = prons[int(rnd() * 4)]
-            return [w], tree, [t], g, pl, True, False
-        deeper = depth < max_depth
-        if deeper and rnd() < p_coord:  # agreement: plural, gender of the first conjunct
-            a = base_np(rnd, gbit, case)
-            b = base_np(rnd, gbit, case)
-            cw, ct = conj_np[int(rnd() * 2)]
-            return (a[0] + [cw] + b[0], f"(NP {a[1]} (CC {cw}) {b[1]})", a[2] + [ct] + b[2],
-                    a[3], 1, a[5], False)
-        src, tree, tgt, g, pl, anim = base_np(rnd, gbit, case)
+    def pronoun(self, rnd) -> NounPhrase:
+        w, tree, t, g, pl = self.prons[int(rnd() * 4)]
+        return NounPhrase([w], tree, [t], g, pl, True, False)
+
+    def coordinated_np(self, rnd, gbit: int, case: int) -> NounPhrase:
+        """Two noun phrases and a conjunction; agreement: plural, gender of the first conjunct."""
+        a = self.base_np(rnd, gbit, case)
+        b = self.base_np(rnd, gbit, case)
+        cw, ct = self.conj_np[int(rnd() * 2)]
+        return NounPhrase(a.src + [cw] + b.src, f"(NP {a.tree} (CC {cw}) {b.tree})", a.tgt + [ct] + b.tgt,
+                          a.gender, 1, a.animate, False)
+
+    def noun_phrase(self, rnd, depth: int, gbit: int, case: int, subj: bool, allow_rel: bool) -> NounPhrase:
+        """A pronoun (subjects only), a coordination, or a base noun phrase with a PP and a relative clause
+        where the depth allows."""
+        if subj and rnd() < self.p_pron:
+            return self.pronoun(rnd)
+        deeper = depth < self.max_depth
+        if deeper and rnd() < self.p_coord:
+            return self.coordinated_np(rnd, gbit, case)
+        base = self.base_np(rnd, gbit, case)
         if not deeper:
-            return src, tree, tgt, g, pl, anim, False
+            return base
+        src, tree, tgt = base.src, base.tree, base.tgt
         parts = None
-        if rnd() < p_pp:  # NPs inside PPs get no relative clause: keeps attachment unambiguous
-            s, tr, tg = pp(rnd, depth, preps_np, 0)
+        if rnd() < self.p_pp:  # NPs inside PPs get no relative clause: keeps attachment unambiguous
+            s, tr, tg = self.pp(rnd, depth, self.preps_np, 0)
             src, tgt, parts = src + s, tgt + tg, [tree, tr]
         is_open = False
-        if allow_rel and rnd() < p_rel:
+        if allow_rel and rnd() < self.p_rel:
             kind = ROBJ if rnd() < 0.4 else RSUBJ
-            s, tr, tg = clause(rnd, depth + 1, kind, g, pl, anim)
-            src, tgt = src + ["that"] + s, (tgt + [","] + tg + [","] if rel_comma else tgt + tg)
+            s, tr, tg = self.clause(rnd, depth + 1, kind, base.gender, base.plural, base.animate)
+            src, tgt = src + ["that"] + s, (tgt + [","] + tg + [","] if self.rel_comma else tgt + tg)
             parts = (parts or [tree]) + [f"(SBAR (WHNP (WDT that)) (S {tr}))"]
             is_open = True
         if parts:
             tree = "(NP " + " ".join(parts) + ")"
-        return src, tree, tgt, g, pl, anim, is_open
+        return NounPhrase(src, tree, tgt, base.gender, base.plural, base.animate, is_open)
 
-    def clause(rnd, depth, kind, ag=0, apl=0, aanim=False):
-        """-> src, tree (children of S), tgt. ag/apl/aanim describe a relative clause's antecedent."""
-        deeper = depth < max_depth
+    # --- clauses ---
+
+    def verb(self, rnd, kind: int, deeper: bool) -> int:
+        """An object-gap relative clause needs a transitive verb; at the depth limit, no that-clause verb."""
         if kind == ROBJ:
-            v = v_t[bisect_right(tcum, rnd() * ttot)]
-        elif deeper:
-            v = bisect_right(vcum, rnd() * vtot)
-        else:
-            v = v_ti[bisect_right(ticum, rnd() * titot)]
-        vk, vb = v_kind[v], v_bit[v]
-        past = 1 if rnd() < p_past else 0
-        if kind == RSUBJ:  # the gap is the subject: the verb agrees with the antecedent
-            s_src, s_tree, s_tgt, sg, spl = (), None, None, ag, apl
-        else:
-            s_src, s_tree, s_tgt, sg, spl, _, _ = np_(rnd, depth, vb, NOM, True, True)
+            return self.v_t[bisect_right(self.tcum, rnd() * self.ttot)]
+        if deeper:
+            return bisect_right(self.vcum, rnd() * self.vtot)
+        return self.v_ti[bisect_right(self.ticum, rnd() * self.titot)]
+
+    def verb_object(self, rnd, depth: int, kind: int, v: int, aanim: bool) -> VerbObject:
+        """A transitive verb's object (none in an object-gap relative clause: the antecedent is it), or a C
+        verb's that-clause; an ambiguous verb's sense follows its object's animacy."""
+        vk, vb = self.v_kind[v], self.v_bit[v]
         o_src, o_tree, o_tgt, comp, is_open, sense = (), None, [], None, False, 0
         if vk == T:
             if kind == ROBJ:
                 oanim = aanim
             else:
-                o_src, o_tree, o_tgt, _, _, oanim, is_open = np_(rnd, depth, vb, ACC, False, True)
-            if v_amb[v]:
+                obj = self.noun_phrase(rnd, depth, vb, ACC, False, True)
+                o_src, o_tree, o_tgt, oanim, is_open = obj.src, obj.tree, obj.tgt, obj.animate, obj.open
+            if self.v_amb[v]:
                 sense = 0 if oanim else 1  # the verb's sense follows its object's animacy
         elif vk == C:
-            c_src, c_tree, comp = clause(rnd, depth + 1, COMP)
+            c_src, c_tree, comp = self.clause(rnd, depth + 1, COMP)
             o_src, o_tree, is_open = ["that"] + c_src, f"(SBAR (IN that) (S {c_tree}))", True
+        return VerbObject(o_src, o_tree, o_tgt, comp, is_open, sense)
+
+    def verb_phrase(self, rnd, depth: int, deeper: bool, v: int, past: int, spl: int,
+                    obj: VerbObject) -> tuple[list, str, int, list]:
+        """-> source words, tree, the adverb's index (-1: none), a VP-level PP's target tokens."""
         vp_src, vp_tree = [], []
         r = -1
-        if rnd() < p_adv:
-            r = bisect_right(rcum, rnd() * rtot)
-            vp_src.append(r_src[r])
-            vp_tree.append(r_leaf[r])
+        if rnd() < self.p_adv:
+            r = bisect_right(self.rcum, rnd() * self.rtot)
+            vp_src.append(self.r_src[r])
+            vp_tree.append(self.r_leaf[r])
         tag = 2 if past else (0 if spl else 1)
-        vp_src.append(v_forms[v][tag])
-        vp_tree.append(("(VBP ", "(VBZ ", "(VBD ")[tag] + v_forms[v][tag] + ")")
-        vp_src += o_src
-        if o_tree:
-            vp_tree.append(o_tree)
+        vp_src.append(self.v_forms[v][tag])
+        vp_tree.append(("(VBP ", "(VBZ ", "(VBD ")[tag] + self.v_forms[v][tag] + ")")
+        vp_src += obj.src
+        if obj.tree:
+            vp_tree.append(obj.tree)
         pp_tgt = []
         # A VP-level PP after an object that ends in a clause would be ambiguous in attachment: skip it.
-        if deeper and not is_open and rnd() < p_vpp:
-            s, tr, pp_tgt = pp(rnd, depth, preps_vp, 1)
+        if deeper and not obj.open and rnd() < self.p_vpp:
+            s, tr, pp_tgt = self.pp(rnd, depth, self.preps_vp, 1)
             vp_src += s
             vp_tree.append(tr)
-        vp = "(VP " + " ".join(vp_tree) + ")"
-        tgt = t_clause(kind, s_tgt, sg, spl, ag, apl, v, sense, past, r, pp_tgt, o_tgt, comp)
-        src = list(s_src) + vp_src
-        return src, (f"{s_tree} {vp}" if s_tree else vp), tgt
+        return vp_src, "(VP " + " ".join(vp_tree) + ")", r, pp_tgt
 
-    def sentence(rnd):
+    def clause(self, rnd, depth: int, kind: int, ag: int = 0, apl: int = 0, aanim: bool = False) -> Phrase:
+        """-> src, tree (children of S), tgt. ag/apl/aanim describe a relative clause's antecedent."""
+        deeper = depth < self.max_depth
+        v = self.verb(rnd, kind, deeper)
+        past = 1 if rnd() < self.p_past else 0
+        if kind == RSUBJ:  # the gap is the subject: the verb agrees with the antecedent
+            s_src, s_tree, s_tgt, sg, spl = (), None, None, ag, apl
+        else:
+            subj = self.noun_phrase(rnd, depth, self.v_bit[v], NOM, True, True)
+            s_src, s_tree, s_tgt, sg, spl = subj.src, subj.tree, subj.tgt, subj.gender, subj.plural
+        obj = self.verb_object(rnd, depth, kind, v, aanim)
+        vp_src, vp, r, pp_tgt = self.verb_phrase(rnd, depth, deeper, v, past, spl, obj)
+        tgt = self.t_clause(kind, s_tgt, sg, spl, ag, apl, v, obj.sense, past, r, pp_tgt, obj.tgt, obj.comp)
+        return Phrase(list(s_src) + vp_src, f"{s_tree} {vp}" if s_tree else vp, tgt)
+
+    # --- sentences ---
+
+    def coordinated_sentence(self, rnd) -> Phrase:
+        s1, t1, g1 = self.clause(rnd, 1, MAIN)
+        s2, t2, g2 = self.clause(rnd, 1, MAIN)
+        cw, ct = self.conj_np[int(rnd() * 3)]
+        comma = cw == "but" or rnd() < 0.5
+        mid_s, mid_t, mid_g = ([",", cw], "(, ,) ", [",", ct]) if comma else ([cw], "", [ct])
+        return Phrase(s1 + mid_s + s2, f"(S (S {t1}) {mid_t}(CC {cw}) (S {t2}) (. .))", g1 + mid_g + g2)
+
+    def sentence(self, rnd) -> tuple[list, str, list]:
+        """One main clause or two coordinated ones, shorter than max_len words, and a full stop."""
         while True:
-            if rnd() < p_coord:
-                s1, t1, g1 = clause(rnd, 1, MAIN)
-                s2, t2, g2 = clause(rnd, 1, MAIN)
-                cw, ct = conj_np[int(rnd() * 3)]
-                comma = cw == "but" or rnd() < 0.5
-                mid_s, mid_t, mid_g = ([",", cw], "(, ,) ", [",", ct]) if comma else ([cw], "", [ct])
-                src = s1 + mid_s + s2
-                tree = f"(S (S {t1}) {mid_t}(CC {cw}) (S {t2}) (. .))"
-                tgt = g1 + mid_g + g2
+            if rnd() < self.p_coord:
+                src, tree, tgt = self.coordinated_sentence(rnd)
             else:
-                src, tree, tgt = clause(rnd, 0, MAIN)
+                src, tree, tgt = self.clause(rnd, 0, MAIN)
                 tree = f"(S {tree} (. .))"
-            if len(src) < max_len:  # redraw from the same stream: still a function of (seed, i)
+            if len(src) < self.max_len:  # redraw from the same stream: still a function of (seed, i)
                 break
         src.append(".")
         tgt.append(".")
-        return src, tree, t_finish(tgt)
+        return src, tree, self.t_finish(tgt)
 
-    return sentence
+
+def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[list, str, list]]:
+    """Returns sentence(rng.random) -> (src tokens, tree, tgt tokens)."""
+    return _Grammar(cfg).sentence
 
 
 # ------------------------------------------------------------------------------------------ public API

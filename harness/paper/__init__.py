@@ -23,10 +23,21 @@ def load_tables() -> dict:
     return data
 
 
+# The paper's names for its columns (Table 3's header) -> the settings that hold them (section.field), the one
+# map between the two: the study overrides below and every report's columns read it.
+PAPER_COLUMNS = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
+                 "d_k": "model.d_k", "d_v": "model.d_v", "P_drop": "model.p_drop",
+                 "eps_ls": "train.label_smoothing", "steps": "train.steps"}
+
+
+def columns(*names: str) -> dict[str, str]:
+    """PAPER_COLUMNS for these of the paper's column names, in this order."""
+    return {n: PAPER_COLUMNS[n] for n in names}
+
+
 def table3_model_overrides(row: dict) -> dict:
-    """The architecture columns of a Table 3 row as TransformerConfig fields (the paper's names -> ours)."""
-    out = {"n_layers": row["N"], "d_model": row["d_model"], "d_ff": row["d_ff"], "n_heads": row["h"],
-           "d_k": row["d_k"], "d_v": row["d_v"], "p_drop": row["P_drop"]}
+    """The architecture columns of a Table 3 row as model settings (the paper's names -> ours)."""
+    out = {PAPER_COLUMNS[n].split(".", 1)[1]: row[n] for n in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop")}
     if "positional" in row:
         out["positional"] = row["positional"]
     return out

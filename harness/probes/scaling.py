@@ -32,7 +32,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
-from harness.probes.scaling_spec import DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec, fit_exponent
+from harness.probes.scaling_spec import (DEFAULTS, EXPONENT_TOLERANCE, PATH_KINDS, QUICK, TIMED, ScalingSpec,
+                                         fit_exponent)
 from harness.system import pin_allocator
 
 # ---------------------------------------------------------------- layers
@@ -403,7 +404,7 @@ def _notes(res: dict) -> list[str]:
     for kind, f in res["fits"].items():
         for var in ("n", "d"):
             fit, want = f[f"{var}_fwd"], PAPER[kind][f"exp_{var}"]
-            if abs(fit["slope"] - want) <= 0.25:
+            if abs(fit["slope"] - want) <= EXPONENT_TOLERANCE:
                 continue
             lo, hi = min(cfg[f"{var}s"]), max(cfg[f"{var}s"])
             why = ("fixed costs dominate: fewer than 3 points reached "

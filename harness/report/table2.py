@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from harness.paper import load_tables
+from harness.paper import columns, load_tables
 from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
@@ -20,8 +20,7 @@ T2_ROWS = {"base": "Transformer (base model)", "big": "Transformer (big)",
 T2_EN_FR_ROWS = {"base_enfr", "big_enfr"}
 PAIRS = {"en_de": "EN-DE", "en_fr": "EN-FR"}   # the suffixes of tables.yaml's bleu_* / cost_* columns
 PAPER_KEYS = ("bleu_en_de", "bleu_en_fr", "cost_en_de", "cost_en_fr", "bleu", "cost")
-T2_ARCH = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
-           "P_drop": "model.p_drop", "average_last": "train.average_last"}
+T2_ARCH = {**columns("N", "d_model", "d_ff", "h", "P_drop"), "average_last": "train.average_last"}
 
 
 def row_pair(row: str, data_name: str, target: str = "") -> str:

@@ -13,14 +13,12 @@ from matplotlib.figure import Figure
 
 from harness.io import atomic_write
 from harness.report import claims
-from harness.paper import load_tables
+from harness.paper import columns, load_tables
 from harness.report.common import (column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
 
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
-ARCH_COLUMNS = {"N": "model.n_layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "h": "model.n_heads",
-                "d_k": "model.d_k", "d_v": "model.d_v", "P_drop": "model.p_drop",
-                "eps_ls": "train.label_smoothing", "steps": "train.steps"}
+ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")
 
 
 # Table 3's knob groups: rows that change one thing against the base, and the column that thing is in.

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.paper import load_tables
+from harness.paper import columns, load_tables
 from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
 
-T4_SETUP = {"train_trees": "data.train_pairs", "N": "model.n_layers", "d_model": "model.d_model",
-            "beam": "train.beam_size", "alpha": "train.alpha", "max_extra": "train.max_extra"}
+T4_SETUP = {"train_trees": "data.train_pairs", **columns("N", "d_model"), "beam": "train.beam_size",
+            "alpha": "train.alpha", "max_extra": "train.max_extra"}
 T4_SCORES = ("f1", "recall", "precision", "complete_match", "average_crossing", "well_formed", "parsed_sentences")
 
 

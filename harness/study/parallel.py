@@ -33,9 +33,10 @@ def trainable(config: dict) -> None:
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    from harness.trial import spec_key
     spec, ctx = config["trial"], config["ctx"]
     dp = ctx["data_parallel"]
-    out_dir = Path(ctx["run_dir"]) / f"{spec['row']}-s{spec['seed']}"
+    out_dir = Path(ctx["run_dir"]) / spec_key(spec)
     (out_dir / RESULT).unlink(missing_ok=True)
     use_gpu = dp["gpu"] > 0
     per_worker = {"CPU": dp["cpu"], **({"GPU": dp["gpu"]} if use_gpu else {})}
@@ -57,7 +58,7 @@ def _worker(config: dict) -> None:
     import ray.train.torch
 
     from harness.train.dist import Ranks
-    from harness.trial import run_trial
+    from harness.trial import run_trial, spec_key
 
     context = ray.train.get_context()
     device = ray.train.torch.get_device() if config["ctx"]["data_parallel"]["gpu"] > 0 else "cpu"
@@ -65,5 +66,5 @@ def _worker(config: dict) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(config["ctx"]["threads"]))
     result = run_trial(config["trial"], with_node(config["ctx"]), ranks)    # rank 0's node is the trial's
     if ranks.is_main:
-        out_dir = Path(config["ctx"]["run_dir"]) / f"{config['trial']['row']}-s{config['trial']['seed']}"
+        out_dir = Path(config["ctx"]["run_dir"]) / spec_key(config["trial"])
         atomic_write(out_dir / RESULT, json.dumps({**result, "workers": ranks.world, "backend": ranks.backend}))

@@ -28,7 +28,7 @@ from harness.study.kinds import KINDS, Timing
 from harness.study.spec import Study, load_study
 from harness.system import git_state, hardware, versions
 from harness.tracking import VARIANT_TAG, StudyTracking, share_view, tracking_uri
-from harness.trial import Trial
+from harness.trial import Trial, spec_key
 
 
 def paper_tags(study: Study) -> dict[str, str]:
@@ -306,7 +306,8 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
         return 130
     tracking.end_parent(parent_id, "FINISHED" if not failed else "FAILED",
                         {"wall_seconds": wall, "work_seconds": cost["work"],
-                         "overhead_share": cost["overhead_share"], "tail_idle_share": cost["tail_share"]},
+                         "overhead_share": cost["overhead_share"], "tail_idle_share": cost["tail_share"],
+                         **tracking.row_headlines(parent_id)},
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
           f"`python -m harness report --study {study.name} --profile {study.profile}{f' --name {name}' if name else ''}` "
@@ -354,15 +355,15 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
 
         class Progress(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):
-                r, key = trial.last_result, f"{trial.config['trial']['row']}-s{trial.config['trial']['seed']}"
+                r, key = trial.last_result, spec_key(trial.config["trial"])
                 progress.say(f"  {key}: {r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
                 for line in filter(None, str(r.get("warnings") or "").splitlines()):
                     progress.say(f"  warning [{key}]: {line}")     # raised inside the trial (harness/trial.py)
 
             def on_trial_error(self, iteration, trials, trial, **info):
-                progress.say(f"  {trial.config['trial']['row']}-s{trial.config['trial']['seed']}: FAILED")
+                progress.say(f"  {spec_key(trial.config['trial'])}: FAILED")
 
-        name = lambda t: f"{t.config['trial']['row']}-s{t.config['trial']['seed']}"  # noqa: E731
+        name = lambda t: spec_key(t.config["trial"])  # noqa: E731
         tuner = tune.Tuner(
             tune.with_resources(trainable, bundle),
             param_space={"trial": tune.grid_search([t.__dict__ for t in todo]), "ctx": ctx},
