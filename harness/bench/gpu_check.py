@@ -36,9 +36,10 @@ import torch
 from model import Transformer, beam_search, get_preset, greedy
 from model.cuda_graph import StepGraph
 
-from harness.bench.speed import PAD, _bench_preset, _sync, packed, synthetic_batch, training_step
+from harness.bench.speed import PAD, _bench_preset, packed, synthetic_batch, training_step
 from harness.data.corpus import DataConfig
 from harness.io import atomic_write
+from harness.probes.peak import sync
 from harness.train import TRAIN_PRESETS, TrainConfig, resolve_device, train, training_loss
 
 
@@ -110,13 +111,13 @@ def _profile(preset: str, device: torch.device, quick: bool) -> dict:
                          int((batch[2] != PAD).sum()), dtype)
     for _ in range(3):
         step()
-    _sync(device)
+    sync(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     t0 = time.perf_counter()
     with profile(activities=activities) as prof:
         for _ in range(3):
             step()
-        _sync(device)
+        sync(device)
     wall = (time.perf_counter() - t0) / 3
     sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60)

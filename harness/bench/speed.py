@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +23,7 @@ from harness.system import pin_allocator
 from harness.errors import UserError
 from harness.data.bpe import BOS, EOS, PAD       # the special ids of every tokenizer of the harness
 from harness.probes.flops import count_analytic
-from harness.probes.peak import matmul_peak
+from harness.probes.peak import matmul_peak, sync, timed
 from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
 
@@ -82,19 +81,6 @@ def packed(batch):
     return (src[real_src][None], tgt_in[real_tgt][None], tgt_out[real_tgt][None]), packing
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn, device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
-
-
 def training_step(model: nn.Module, loss_fn, batch, n_tgt: int, dtype, packing=None):
     """One training step as a closure: forward and summed loss (bf16 autocast when dtype is bf16), backward
     of the per-token mean, and a fused Adam update (§5.3's betas and epsilon)."""
@@ -146,7 +132,7 @@ def bench_training(cfg, device, dtype, batch, repeats, compile_models: bool, pac
         for name, step in steps.items():
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            results[name].append(_timed(step, device))
+            results[name].append(timed(step, device))
             if device.type == "cuda":
                 peak_mem[name] = torch.cuda.max_memory_allocated(device)
     out = {}
@@ -188,7 +174,7 @@ def bench_decoding(cfg, device, dtype, n_sentences: int, src_len: int, out_len: 
                                                             graph=False)
     for name, fn in runs.items():
         run(fn)
-        t = statistics.median(_timed(lambda: run(fn), device) for _ in range(max(1, repeats // 3)))
+        t = statistics.median(timed(lambda: run(fn), device) for _ in range(max(1, repeats // 3)))
         out[name] = {"seconds": t, "tokens_per_s": n_sentences * out_len / t}
     out["beam4_cache_speedup"] = out["beam4_uncached"]["seconds"] / out["beam4_cached"]["seconds"]
     out["greedy_cache_speedup"] = out["greedy_uncached"]["seconds"] / out["greedy_cached"]["seconds"]
@@ -201,7 +187,7 @@ def bench_decoding(cfg, device, dtype, n_sentences: int, src_len: int, out_len: 
         model.decode_step(torch.full((n_sentences,), BOS, device=device), memory, mask, cache, 0).argmax(-1)
         return cache
     cache = run(first_token)
-    out["time_to_first_token_ms"] = statistics.median(_timed(lambda: run(first_token), device)
+    out["time_to_first_token_ms"] = statistics.median(timed(lambda: run(first_token), device)
                                                       for _ in range(5)) * 1e3
     out["decode_step_ms"] = out["greedy_cached"]["seconds"] / out_len * 1e3
     per_token = sum(c.nbytes() for c, _ in cache) / (n_sentences * out_len)

@@ -10,13 +10,18 @@ import time
 import torch
 
 
-def _timed(fn, device) -> float:
+def sync(device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; a CPU needs nothing)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def timed(fn, device) -> float:
+    """Seconds that fn() takes on device, its queued work included."""
+    sync(device)
     t0 = time.perf_counter()
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     return time.perf_counter() - t0
 
 
@@ -34,5 +39,5 @@ def _matmul_peak(device_name: str, dtype, threads: int) -> float:
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    times = [_timed(lambda: a @ b, device) for _ in range(10)]
+    times = [timed(lambda: a @ b, device) for _ in range(10)]
     return 2 * n ** 3 / min(times) / 1e12
