@@ -68,11 +68,11 @@ def _cmd_train(args) -> int:
         import torch
         torch.set_num_threads(args.threads)
     if args.study:     # one row of a study as its trial would run it (the calibration runs of docs/calibration.md)
-        from harness.study.spec import load_study
+        from harness.study.kinds import load_study
         if not args.row:
             raise UserError("--study needs --row: the study row to train (e.g. --row base).")
         trial = load_study(args.study, args.profile, [args.row], [args.seed]).trials[0]
-        model_cfg, train_cfg, data_cfg = trial.configs()
+        model_cfg, train_cfg, data_cfg = trial.model, trial.train, trial.data
     else:
         if args.row or args.profile:
             raise UserError("--row and --profile select a row of a study; give the study with --study FILE.")

@@ -1,35 +1,32 @@
 """One row of a study: data -> model -> train -> evaluate -> log. Runs inside a Ray Tune trial (or, data
-parallel, in each Ray Train worker of one), but knows nothing of Ray: it takes the resolved trial, where
-to log and which rank it is, and returns its final metrics. Rank 0 alone opens the trial's child run."""
+parallel, in each Ray Train worker of one), but knows nothing of Ray or of study kinds: it takes the resolved
+trial, where to log, what its kind runs and which rank it is, and returns its final metrics. Rank 0 alone
+opens the trial's child run. The kinds (a training row, a Table 1 probe row) are harness/study/kinds.py's."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import torch
 
-from model import ModelConfig, config_from_dict, with_settings
+from model import ModelConfig, config_from_dict, to_dict
 
 from harness import system
-from harness.errors import HarnessWarning
 from harness.data.corpus import DataConfig
+from harness.errors import HarnessWarning
 from harness.io import atomic_write
 from harness.tracking import RUN_POINTER, TrialRun, flatten
-from harness.train import TrainConfig, train
+from harness.train import TrainConfig
 from harness.train.dist import SINGLE, Ranks
-
-
-# Settings added after studies had run: (part, name, default).
-_ADDED_LATER = (("data", "target", "de"), ("train", "bleu_moses", "2025"), ("data", "lexicon_seed", 0),
-                ("model", "word_positions", False), ("data", "parse_tags", False),
-                ("data", "parse_subtrees", 0), ("model", "family", "transformer"))
 
 
 def trial_key(row: str, seed: int) -> str:
@@ -38,22 +35,32 @@ def trial_key(row: str, seed: int) -> str:
 
 
 def spec_key(spec: dict) -> str:
-    """trial_key of a Trial as the dict Ray carries (`Trial.__dict__`)."""
+    """trial_key of a Trial as the dict Ray carries (`Trial.to_dict`)."""
     return trial_key(spec["row"], spec["seed"])
+
+
+def hashed_settings(cfg) -> dict:
+    """A config's settings as its trial's hash sees them: every field, except that a field its class declares
+    in `ADDED_LATER` (added after studies had run with it unset) is left out while it holds its default, so
+    that those studies' trials keep their hashes and `--resume` still finds them."""
+    later = set(getattr(type(cfg), "ADDED_LATER", ()))
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return {k: v for k, v in to_dict(cfg).items() if not (k in later and v == defaults[k])}
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One row x seed of a study, resolved: the model, train and data settings it runs with (or, for a
-    scaling row, the probe's settings). Built by harness/study/spec.py; its key and config hash are what
-    MLflow records and --resume matches."""
+    """One row x seed of a study, resolved (harness/study/kinds.py reads it from the study file): the model,
+    train and data configs a training row runs with, or a probe row's settings (a frozen dataclass of its
+    kind, e.g. harness/probes/scaling_spec.ScalingSpec). Its key and config hash are what MLflow records and
+    --resume matches. It becomes plain data only at the Ray boundary (`to_dict`, `from_dict`)."""
     row: str
     seed: int
-    model: dict
-    train: dict
-    data: dict
+    model: ModelConfig | None = None
+    train: TrainConfig | None = None
+    data: DataConfig | None = None
     kind: str = "train"
-    probe: dict = field(default_factory=dict)    # kind scaling: a ScalingSpec as a dict
+    probe: Any = None
 
     @property
     def key(self) -> str:
@@ -61,62 +68,65 @@ class Trial:
 
     @property
     def config_hash(self) -> str:
-        config = {"model": self.model, "train": self.train, "data": self.data}
-        for part, name, default in _ADDED_LATER:   # at their defaults, trials hash as before (--resume finds them)
-            if config[part].get(name, default) == default:
-                config[part] = {k: v for k, v in config[part].items() if k != name}
-        if self.kind != "train":
-            config = {"kind": self.kind, "probe": self.probe, "seed": self.seed}
+        if self.probe is not None:
+            config = {"kind": self.kind, "probe": dataclasses.asdict(self.probe), "seed": self.seed}
+        else:
+            config = {part: hashed_settings(getattr(self, part)) for part in ("model", "train", "data")}
         blob = json.dumps(config, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    def configs(self) -> tuple[ModelConfig, TrainConfig, DataConfig]:
-        return config_from_dict(self.model), TrainConfig(**self.train), DataConfig(**self.data)
+    def to_dict(self) -> dict:
+        """The trial as plain data, for Ray's param_space (and back with `from_dict`)."""
+        return {"row": self.row, "seed": self.seed, "kind": self.kind,
+                "model": to_dict(self.model) if self.model is not None else None,
+                **{part: dataclasses.asdict(getattr(self, part)) if getattr(self, part) is not None else None
+                   for part in ("train", "data", "probe")}}
+
+    @classmethod
+    def from_dict(cls, spec: dict, probe_type: type | None = None) -> "Trial":
+        """`to_dict`'s inverse; probe_type: the settings class of the trial's kind, where it has one."""
+        def listed(value):
+            return tuple(value) if isinstance(value, list) else value
+        probe = spec.get("probe")
+        return cls(spec["row"], spec["seed"], kind=spec.get("kind", "train"),
+                   model=config_from_dict(spec["model"]) if spec.get("model") is not None else None,
+                   train=TrainConfig(**spec["train"]) if spec.get("train") is not None else None,
+                   data=DataConfig(**spec["data"]) if spec.get("data") is not None else None,
+                   probe=probe_type(**{k: listed(v) for k, v in probe.items()}) if probe is not None else None)
 
 
-def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
-    rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
-        if metrics_jsonl.exists() else []
-    points = [(r["step"], r["train_loss"]) for r in rows if "train_loss" in r]
-    if not points:
-        return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(*zip(*sorted(dict(points).items())))
-    ax.set(xlabel="step", ylabel="training loss (label-smoothed)", title=title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+class TrialKind(Protocol):
+    """What a trial of one study kind logs and runs (harness/study/kinds.py's StudyKind has these)."""
+    probe_type: type | None
+    params: Callable[[Trial], dict]                      # the child run's params
+    run: Callable[..., tuple[dict, str]]                 # (trial, out_dir, run or None, ranks) -> metrics, summary
 
 
-def run_trial(spec: dict, ctx: dict, ranks: Ranks = SINGLE) -> dict:
-    """spec: a Trial as a dict. ctx: tracking URI, experiment and parent ids, run directory, threads, tags.
-    ranks: this process among the trial's data-parallel workers; ranks other than 0 train and return {}."""
+def run_trial(spec: dict, ctx: dict, kind: TrialKind, ranks: Ranks = SINGLE) -> dict:
+    """spec: a Trial as Ray carries it (`Trial.to_dict`). ctx: tracking URI, experiment and parent ids, run
+    directory, threads, tags. kind: what a trial of its study kind logs and runs. ranks: this process among
+    the trial's data-parallel workers; ranks other than 0 train and return {}."""
     t_start, started_at = time.perf_counter(), time.time()
-    trial = Trial(**spec)
+    trial = Trial.from_dict(spec, kind.probe_type)
     torch.set_num_threads(max(1, int(ctx["threads"])))
     out_dir = Path(ctx["run_dir"]) / trial.key
     out_dir.mkdir(parents=True, exist_ok=True)
     pid_file = "worker.pid" if ranks.is_main else f"worker.rank{ranks.rank}.pid"
     atomic_write(out_dir / pid_file, f"{os.getpid()}\n")     # which process to look at (or kill, in tests)
     if not ranks.is_main:
-        _training_trial(trial, out_dir, None, ranks)
+        kind.run(trial, out_dir, None, ranks)
         return {}
     tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
             "trial_kind": trial.kind, "workers": ranks.world, "backend": ranks.backend or "none (one process)",
             "hardware": system.hardware(), **system.versions()}   # this worker's own: a cluster's nodes may differ
-    params_of, body = KINDS[trial.kind]
-    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(params_of(trial)))
+    run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(kind.params(trial)))
     # Where this trial's child run is, so that `python -m harness evaluate RUN_DIR` can log to it later
     atomic_write(out_dir / RUN_POINTER, json.dumps({"tracking_uri": ctx["uri"], "run_id": run.run_id,
                                                     "experiment_id": ctx["experiment_id"]}) + "\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            metrics, summary = body(trial, out_dir, run, ranks)
+            metrics, summary = kind.run(trial, out_dir, run, ranks)
         except BaseException as err:  # record why in MLflow, then let Tune retry or fail the trial
             reason = f"{type(err).__name__}: {err}"
             try:
@@ -197,80 +207,3 @@ def fault_hook(fault: tuple[str, int] | None, out: Path, rank: int = 0) -> tuple
             os._exit(17)                 # the worker dies without cleanup, as a killed process does
         return loss_sum
     return (inject,)
-
-
-def _training_trial(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE) -> tuple[dict, str]:
-    """Train and evaluate the row, log the final metrics and artifacts (run None: a rank other than 0, which
-    only trains)."""
-    model_cfg, train_cfg, data_cfg = trial.configs()
-    hooks = fault_hook(injected_fault(trial.row, ranks.rank), out_dir, ranks.rank)
-    if run is None:
-        train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, hooks=hooks, ranks=ranks)
-        return {}, ""
-    if run.reopened:     # rows an earlier attempt wrote while the store was unreachable
-        run.backfill(out_dir / "metrics.jsonl")
-    metrics = train(model_cfg, train_cfg, data_cfg, out_dir, quiet=True, on_log=run.log_step, hooks=hooks,
-                    ranks=ranks)
-    # Training FLOPs, counted analytically (harness/probes/flops.py; agrees with fvcore and torch's counter)
-    # for sentences of the corpus's mean lengths: per target token, and for the whole run.
-    from harness.probes.flops import training_flops_per_target_token
-    per_token = training_flops_per_target_token(with_settings(model_cfg, vocab_size=metrics["vocab_size"]),
-                                                max(1, round(metrics["mean_src_len"])),
-                                                max(1, round(metrics["mean_tgt_len"])))
-    metrics.update({"flops_per_target_token": per_token, "train_flops": per_token * metrics["tokens_seen"]})
-    # The yardstick for Table 2's cost column computed the paper's way (time x devices x a sustained rate):
-    # this device's own large-matmul rate, in the dtype training ran in, with the trial's threads.
-    from harness.probes.peak import matmul_peak
-    device = torch.device(metrics["device"])
-    dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
-    metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
-    run.log_final(metrics, metrics["steps"])
-    curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")
-    run.log_artifacts([out_dir / "config.json", out_dir / "dev_translations.txt", out_dir / "metrics.jsonl",
-                       *([curve] if curve else [])])
-    if "dev_f1" in metrics:
-        summary = f"dev PPL {metrics['dev_ppl']:.2f}, F1 {metrics['dev_f1']:.2f}"
-    else:
-        summary = f"dev PPL {metrics['dev_ppl']:.2f}, BLEU {metrics.get('dev_bleu', float('nan')):.2f}"
-    return metrics, summary
-
-
-def _scaling_trial(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tuple[dict, str]:
-    """One layer of Table 1: each timed point goes to MLflow as it is measured (step = n or d), then the
-    fitted exponents, sequential operations and path lengths; the whole result as scaling.json."""
-    from harness.probes.scaling import ScalingSpec, measure_layer
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    def on_point(row: dict) -> None:
-        x = row[row["sweep"]]
-        mem = row.get("peak_mem_bytes") if row.get("peak_mem_bytes") is not None else row.get("largest_fwd_tensor_bytes")
-        run.log_step(x, {f"fwd_s_vs_{row['sweep']}": row["fwd_s"], f"fwd_bwd_s_vs_{row['sweep']}": row["fwd_bwd_s"],
-                         **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
-
-    result = measure_layer(ScalingSpec(**trial.probe), on_point)
-    for p in result["path_lengths"]:
-        if p["measured"] is not None:
-            run.log_step(p["n"], {"path_measured": p["measured"], "path_formula": p["formula"]})
-    seq = result["sequential_ops"]
-    metrics = {f"exp_{k}": v["slope"] for k, v in result["fits"].items()}
-    metrics.update({f"exp_{k}_fixed_cost_dominated": float(v["fixed_cost_dominated"]) for k, v in result["fits"].items()})
-    metrics.update({f"exp_{k}_points_dropped": v["dropped"] for k, v in result["fits"].items()})
-    metrics.update({"seq_ops_measured": seq["measured"], "seq_ops_by_construction": seq["by_construction"],
-                    "seq_ops_n": seq["n"], "aten_ops_at_n": seq["aten_ops_at_n"],
-                    "torch_threads": result["torch_threads"]})
-    last = result["path_lengths"][-1]
-    if last["measured"] is not None:
-        metrics.update({"path_measured_max_n": last["measured"], "path_formula_max_n": last["formula"],
-                        "path_max_n": last["n"]})
-    metrics["device"] = result["device"]
-    run.log_final(metrics, 0)
-    atomic_write(out_dir / "scaling.json", json.dumps(result, indent=2) + "\n")
-    run.log_artifacts([out_dir / "scaling.json"])
-    summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
-    return metrics, summary
-
-
-# What a trial of each study kind logs as its params and runs as its body (the study file's side of a kind
-# is harness/study/spec.py's LOADERS, the runner's harness/study/kinds.py).
-KINDS = {"train": (lambda t: {"model": t.model, "train": t.train, "data": t.data}, _training_trial),
-         "scaling": (lambda t: {"probe": t.probe}, _scaling_trial)}

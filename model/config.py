@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 Positional = Literal["sinusoid", "learned", "rope"]
 NormPosition = Literal["post", "pre"]
@@ -55,6 +55,10 @@ class TransformerConfig:
     # (`Transformer.mark_words`).
     word_positions: bool = False
     family: Family = "transformer"   # the model family this config builds (model/family.py)
+
+    # Fields added after studies had run without them: a trial's config hash leaves each out while it holds its
+    # default, so that those studies' trials keep their hashes (harness/trial.py, hashed_settings).
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family")
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal

@@ -200,7 +200,7 @@ def test_injected_nan_fails_its_row_after_the_retries_the_others_finish(tmp_path
 
 
 def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
-    from harness.study.spec import load_study
+    from harness.study.kinds import KINDS, load_study
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
     trial = load_study(_study(tmp_path, steps=10), "tiny", rows=["base"]).trials[0]
@@ -212,7 +212,7 @@ def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
     os.environ["HARNESS_INJECT_FAULT"] = "oom@base:3"
     try:
         with pytest.raises(torch.OutOfMemoryError):
-            run_trial(trial.__dict__, ctx)
+            run_trial(trial.to_dict(), ctx, KINDS[trial.kind])
     finally:
         del os.environ["HARNESS_INJECT_FAULT"]
     (run,) = tracking.children(parent)

@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from harness.study.progress import StudyProgress, time_left
+from harness.train import TrainConfig
 from harness.trial import Trial
 
 
 def _trial(row: str, steps: int) -> Trial:
-    return Trial(row=row, seed=0, model={}, train={"steps": steps}, data={})
+    return Trial(row=row, seed=0, train=TrainConfig(steps=steps))
 
 
 TRIALS = [_trial("base", 100), _trial("big", 300), _trial("A1", 100), _trial("A2", 100)]

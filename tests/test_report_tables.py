@@ -321,7 +321,7 @@ def test_table1_ends_with_its_claims_computed_from_the_runs(reports):
 
 def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_beside(tmp_path):
     from harness.study.departures import departures_tag
-    from harness.study.spec import load_study
+    from harness.study.kinds import load_study
     from pathlib import Path
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

@@ -17,7 +17,7 @@ import pytest
 from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
-from harness.study.spec import load_study
+from harness.study.kinds import KINDS, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -42,21 +42,21 @@ def test_table3_rows_are_the_papers_rows_in_the_paper_profile():
     assert [t.row for t in study.trials] == list(paper)
     for t in study.trials:
         row = paper[t.row]
-        assert (t.model["n_layers"], t.model["d_model"], t.model["d_ff"], t.model["n_heads"], t.model["d_k"],
-                t.model["d_v"], t.model["p_drop"], t.train["label_smoothing"], t.train["steps"]) == \
+        assert (t.model.n_layers, t.model.d_model, t.model.d_ff, t.model.n_heads, t.model.d_k,
+                t.model.d_v, t.model.p_drop, t.train.label_smoothing, t.train.steps) == \
             (row["N"], row["d_model"], row["d_ff"], row["h"], row["d_k"], row["d_v"], row["P_drop"],
              row["eps_ls"], row["steps"]), t.row
-        assert t.model["positional"] == row.get("positional", "sinusoid")
+        assert t.model.positional == row.get("positional", "sinusoid")
 
 
 def test_tiny_profile_keeps_the_relations_between_rows():
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
     for row in ("base", "A1", "A2", "A3", "A4"):
         m = trials[row].model
-        assert m["d_k"] * m["n_heads"] == m["d_model"] == trials["base"].model["d_model"]
-    assert [trials[r].model["n_layers"] for r in ("C1", "C2", "base", "C3")] == [1, 2, 3, 4]
-    assert trials["C5"].model["d_model"] == 4 * trials["C4"].model["d_model"]
-    assert trials["big"].train["steps"] == 3 * trials["base"].train["steps"]
+        assert m.d_k * m.n_heads == m.d_model == trials["base"].model.d_model
+    assert [trials[r].model.n_layers for r in ("C1", "C2", "base", "C3")] == [1, 2, 3, 4]
+    assert trials["C5"].model.d_model == 4 * trials["C4"].model.d_model
+    assert trials["big"].train.steps == 3 * trials["base"].train.steps
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
@@ -72,21 +72,21 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
            "threads": 1, "tags": {"study": study.name}}
     for trial in study.trials:
         if trial.kind == "scaling":     # a grid of three tiny points per sweep, one pass
-            small = dataclasses.replace(trial, probe={
-                **trial.probe, "ns": [8, 16, 32], "ds": [8, 16, 32], "n_fixed": 16, "d_fixed": 8, "batch": 1,
-                "repeats": 1, "warmup": 0, "passes": 1, "path_ns": [5, 6, 7]})
-            result = run_trial(small.__dict__, ctx)
+            small = dataclasses.replace(trial, probe=dataclasses.replace(
+                trial.probe, ns=(8, 16, 32), ds=(8, 16, 32), n_fixed=16, d_fixed=8, batch=1, repeats=1, warmup=0,
+                passes=1, path_ns=(5, 6, 7)))
+            result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
             assert math.isfinite(result["exp_n_fwd"]) and result["seq_ops_measured"] >= 1, trial.key
             assert result["path_measured_max_n"] == result["path_formula_max_n"], trial.key
             continue
         small = dataclasses.replace(
-            trial, train={**trial.train, "steps": 2, "bleu_sentences": 2, "max_extra": 3, "checkpoint_every": 0},
-            data={**trial.data, "train_pairs": 1000, "dev_pairs": 4, "test_pairs": 4, "cache_dir": str(tmp_path)})
-        result = run_trial(small.__dict__, ctx)
+            trial, train=dataclasses.replace(trial.train, steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0),
+            data=dataclasses.replace(trial.data, train_pairs=1000, dev_pairs=4, test_pairs=4, cache_dir=str(tmp_path)))
+        result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
         assert result["steps"] == 2 and result["dev_ppl"] > 1, trial.key
         assert result["flops_per_target_token"] > 0 and result["train_flops"] > 0
         assert result["device_matmul_tflops"] > 0
-        if trial.data.get("task") == "parse":
+        if trial.data.task == "parse":
             assert 0 <= result["dev_f1"] <= 100 and result["test_parsed_sentences"] == 2, trial.key
     runs = tracking.children(parent)
     assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
@@ -126,8 +126,8 @@ def test_malformed_probe_study_is_refused(case, tmp_path, capsys):
 def test_scaling_study_resolves_one_trial_per_layer():
     from harness.probes.scaling_spec import LAYERS
     study = load_study(ROOT / "studies" / "table1.yaml", "tiny")
-    assert study.kind == "scaling" and {t.probe["layer"] for t in study.trials} == set(LAYERS)
-    assert all(t.probe["device"] == "cpu" and t.probe["threads"] == 1 for t in study.trials)
+    assert study.kind == "scaling" and {t.probe.layer for t in study.trials} == set(LAYERS)
+    assert all(t.probe.device == "cpu" and t.probe.threads == 1 for t in study.trials)
 
 
 def test_profiles_name_their_default_seeds():
@@ -147,10 +147,10 @@ def test_run_set_is_laid_over_every_row_after_the_profile():
     plain = load_study(path, "tiny", ["base", "C1"], [0])
     moved = load_study(path, "tiny", ["base", "C1"], [0], sets=overrides.parse_sets(["data.seed=2", "steps=7"]))
     for a, b in zip(plain.trials, moved.trials):
-        assert a.data["seed"] != 2 and b.data["seed"] == 2 and b.train["steps"] == 7
-        assert {k: v for k, v in a.data.items() if k != "seed"} == {k: v for k, v in b.data.items() if k != "seed"}
+        assert a.data.seed != 2 and b.data.seed == 2 and b.train.steps == 7
+        assert dataclasses.replace(a.data, seed=0) == dataclasses.replace(b.data, seed=0)
         assert a.model == b.model and a.config_hash != b.config_hash
-    assert moved.trials[1].model["n_layers"] == 1                    # the row's own settings are kept
+    assert moved.trials[1].model.n_layers == 1                    # the row's own settings are kept
 
 
 def test_a_profile_changes_the_base_under_the_rows_and_single_rows_over_itself(tmp_path, capsys):
@@ -159,17 +159,17 @@ def test_a_profile_changes_the_base_under_the_rows_and_single_rows_over_itself(t
     training set) and under `run --set`; neither is inherited by a row of another study that includes it."""
     from harness import overrides
     t3 = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
-    assert t3["base"].train["average_last"] == 5 and t3["big"].train["average_last"] == 5
-    assert load_study(ROOT / "studies" / "table3.yaml", "paper").trials[0].train["average_last"] == 0
-    assert t3["D1"].data["train_pairs"] == t3["D2"].data["train_pairs"] < t3["base"].data["train_pairs"]
+    assert t3["base"].train.average_last == 5 and t3["big"].train.average_last == 5
+    assert load_study(ROOT / "studies" / "table3.yaml", "paper").trials[0].train.average_last == 0
+    assert t3["D1"].data.train_pairs == t3["D2"].data.train_pairs < t3["base"].data.train_pairs
     assert t3["D3"].data == t3["base"].data
     t2 = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "tiny").trials}
-    assert (t2["base"].train["average_last"], t2["big"].train["average_last"]) == (5, 20)
+    assert (t2["base"].train.average_last, t2["big"].train.average_last) == (5, 20)
     modern = load_study(ROOT / "studies" / "modern.yaml", "tiny").trials
-    assert {t.data["train_pairs"] for t in modern} == {t3["base"].data["train_pairs"]}
+    assert {t.data.train_pairs for t in modern} == {t3["base"].data.train_pairs}
     moved = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["D1"], [0],
                        sets=overrides.parse_sets(["data.train_pairs=300"]))
-    assert moved.trials[0].data["train_pairs"] == 300                 # --set is the last layer
+    assert moved.trials[0].data.train_pairs == 300                 # --set is the last layer
     (tmp_path / "mine.yaml").write_text("study: mine\nversion: 1\nbase: {}\nrows: {base: {}}\n"
                                         "profiles:\n  tiny:\n    rows: {C9: {n_layers: 1}}\n")
     assert main(["run", str(tmp_path / "mine.yaml"), "--dry-run"]) == 2
@@ -194,10 +194,10 @@ def test_a_profile_includes_another_study_files_profile_and_lays_its_own_setting
     (t,), (ref,) = [x for x in mine.trials if x.key == "base-s3"], [x for x in theirs.trials if x.key == "base-s0"]
     assert mine.seeds == [3, 4] and mine.resources["cpu"] == theirs.resources["cpu"] == 1
     assert t.model == ref.model and t.data == ref.data                 # taken whole from table3.yaml:tiny
-    assert t.train["steps"] == 1000 and ref.train["steps"] == 1600     # scale: steps replaced, the rest kept
-    assert t.train["warmup"] == ref.train["warmup"] and t.train["bleu_sentences"] == 7
-    assert {k: v for k, v in t.train.items() if k not in ("steps", "bleu_sentences", "seed")} == \
-        {k: v for k, v in ref.train.items() if k not in ("steps", "bleu_sentences", "seed")}
+    assert t.train.steps == 1000 and ref.train.steps == 1600     # scale: steps replaced, the rest kept
+    assert t.train.warmup == ref.train.warmup and t.train.bleu_sentences == 7
+    assert dataclasses.replace(t.train, steps=0, bleu_sentences=0, seed=0) == \
+        dataclasses.replace(ref.train, steps=0, bleu_sentences=0, seed=0)
 
 
 @pytest.mark.parametrize("include, needle", [("table3.yaml", "must be FILE:PROFILE"),
@@ -227,35 +227,34 @@ def test_the_runner_keeps_table2s_counted_paper_costs_in_the_parent_run():
 def test_table4_follows_section_6_3():
     setup = load_tables()["table4"]["setup"]
     for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials:
-        assert (t.model["n_layers"], t.model["d_model"]) == (setup["n_layers"], setup["d_model"])
-        assert (t.train["beam_size"], t.train["alpha"], t.train["max_extra"]) == \
+        assert (t.model.n_layers, t.model.d_model) == (setup["n_layers"], setup["d_model"])
+        assert (t.train.beam_size, t.train.alpha, t.train.max_extra) == \
             (setup["beam_size"], setup["alpha"], setup["max_extra"])
-        assert t.data["task"] == "parse"
-    vocab = {t.row: t.model["vocab_size"] for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials}
+        assert t.data.task == "parse"
+    vocab = {t.row: t.model.vocab_size for t in load_study(ROOT / "studies" / "table4.yaml", "paper").trials}
     assert vocab == {"wsj_only": setup["vocab_wsj"], "semi_supervised": setup["vocab_semi"]}
 
 
 def test_table2_averages_as_the_paper_did():
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "paper").trials}
-    assert trials["base"].train["average_last"] == 5 and trials["big"].train["average_last"] == 20
-    assert all(t.train["eval_test"] for t in trials.values())
-    assert trials["big"].train["steps"] == 300_000 and trials["big"].model["d_model"] == 1024
+    assert trials["base"].train.average_last == 5 and trials["big"].train.average_last == 20
+    assert all(t.train.eval_test for t in trials.values())
+    assert trials["big"].train.steps == 300_000 and trials["big"].model.d_model == 1024
 
 
 def test_table2_en_fr_rows_follow_sections_5_1_and_6_1():
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "paper").trials}
     assert list(trials) == ["base", "big", "base_enfr", "big_enfr"]
     for row in ("base", "big"):
-        assert (trials[row].data["name"], trials[row].model["vocab_size"]) == ("data/wmt14-en-de", 37000)
+        assert (trials[row].data.name, trials[row].model.vocab_size) == ("data/wmt14-en-de", 37000)
     for row in ("base_enfr", "big_enfr"):          # §5.1: WMT14 EN-FR, a 32000 word-piece vocabulary
-        assert (trials[row].data["name"], trials[row].model["vocab_size"]) == ("data/wmt14-en-fr", 32000)
-        assert trials[row].train["eval_test"]
-    assert (trials["big"].model["p_drop"], trials["big_enfr"].model["p_drop"]) == (0.3, 0.1)   # §6.1
+        assert (trials[row].data.name, trials[row].model.vocab_size) == ("data/wmt14-en-fr", 32000)
+        assert trials[row].train.eval_test
+    assert (trials["big"].model.p_drop, trials["big_enfr"].model.p_drop) == (0.3, 0.1)   # §6.1
     big, big_fr = trials["big"], trials["big_enfr"]
-    assert {k: v for k, v in big.model.items() if k not in ("p_drop", "vocab_size")} == \
-        {k: v for k, v in big_fr.model.items() if k not in ("p_drop", "vocab_size")}
+    assert big.model.replace(p_drop=0.1, vocab_size=1) == big_fr.model.replace(p_drop=0.1, vocab_size=1)
     assert big.train == big_fr.train
-    assert trials["base_enfr"].model == {**trials["base"].model, "vocab_size": 32000}
+    assert trials["base_enfr"].model == trials["base"].model.replace(vocab_size=32000)
 
 
 @pytest.mark.parametrize("profile", ["tiny", "gpu"])
@@ -264,15 +263,13 @@ def test_table2_small_profiles_fill_both_columns_on_the_made_up_corpus(profile):
     row (widths, schedule, §6.1's P_drop 0.1 for big EN-FR) is its EN-DE twin's."""
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", profile).trials}
     assert list(trials) == ["base", "big", "base_enfr", "big_enfr"]
-    assert {row: (t.data["name"], t.data["target"]) for row, t in trials.items()} == {
+    assert {row: (t.data.name, t.data.target) for row, t in trials.items()} == {
         "base": ("synth", "de"), "big": ("synth", "de"), "base_enfr": ("synth", "fr"), "big_enfr": ("synth", "fr")}
-    assert (trials["big"].model["p_drop"], trials["big_enfr"].model["p_drop"]) == (0.3, 0.1)
+    assert (trials["big"].model.p_drop, trials["big_enfr"].model.p_drop) == (0.3, 0.1)
     for de, fr in (("base", "base_enfr"), ("big", "big_enfr")):
-        assert {k: v for k, v in trials[de].model.items() if k != "p_drop"} == \
-            {k: v for k, v in trials[fr].model.items() if k != "p_drop"}
+        assert trials[de].model.replace(p_drop=0) == trials[fr].model.replace(p_drop=0)
         assert trials[de].train == trials[fr].train
-        assert {k: v for k, v in trials[de].data.items() if k != "target"} == \
-            {k: v for k, v in trials[fr].data.items() if k != "target"}
+        assert dataclasses.replace(trials[de].data, target="") == dataclasses.replace(trials[fr].data, target="")
 
 
 def test_rows_outside_a_profiles_only_rows_are_refused_in_one_sentence(tmp_path, capsys):
@@ -308,7 +305,7 @@ def test_table3s_paper_profiles_skip_dbase_and_the_tiny_one_trains_it_on_the_d_r
     paper and gpu profiles, whose D rows use the base's data, skip it (it would train exactly as the base),
     and asking for it there is refused in one sentence."""
     tiny = {t.row: t for t in load_study(ROOT / "studies" / "table3.yaml", "tiny").trials}
-    assert tiny["Dbase"].data["train_pairs"] == tiny["D1"].data["train_pairs"] == 2000 != tiny["base"].data["train_pairs"]
+    assert tiny["Dbase"].data.train_pairs == tiny["D1"].data.train_pairs == 2000 != tiny["base"].data.train_pairs
     assert tiny["Dbase"].model == tiny["base"].model and tiny["Dbase"].config_hash != tiny["base"].config_hash
     for profile in ("paper", "gpu"):
         assert "Dbase" not in {t.row for t in load_study(ROOT / "studies" / "table3.yaml", profile).trials}
@@ -564,8 +561,8 @@ def test_table4_wsj_sample_profile_parses_the_sample_with_its_departures_listed(
     t4 = load_study(ROOT / "studies" / "table4.yaml", "wsj-sample")
     assert t4.rows == ["wsj_only"] and len(t4.trials) == 1
     trial = t4.trials[0]
-    assert trial.data["name"] == "data/ptb-wsj-sample" and trial.data["parse_tags"] is True
-    assert trial.model["word_positions"] is True and trial.model["d_model"] == 256 and trial.train["average_last"] == 5
+    assert trial.data.name == "data/ptb-wsj-sample" and trial.data.parse_tags is True
+    assert trial.model.word_positions is True and trial.model.d_model == 256 and trial.train.average_last == 5
     found = {d["key"]: d["values"] for d in departures(t4)}
     assert found["data.parse_tags"] == [{"ours": True, "paper": False, "rows": ["wsj_only"]}]
     assert found["model.word_positions"][0]["paper"] is False and "model.d_model" in found
@@ -581,7 +578,7 @@ def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     assert load_study(ROOT / "studies" / "table2.yaml", "tiny", ["base"], [0]).trials[0].config_hash == "4d3f8f137ad5"
     other = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"model": {}, "train": {},
                                                                                        "data": {"lexicon_seed": 3}})
-    assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data["lexicon_seed"] == 3
+    assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data.lexicon_seed == 3
 
 
 def test_table3_multi30k_profile_runs_every_claim_row_with_two_seeds_on_the_real_pair():
@@ -594,7 +591,25 @@ def test_table3_multi30k_profile_runs_every_claim_row_with_two_seeds_on_the_real
     assert read - {"Dbase"} == set(t3.rows) and "Dbase" not in t3.rows     # every row a claim reads, no more
     assert sorted({t.seed for t in t3.trials}) == [0, 1] and len(t3.trials) == 2 * len(t3.rows)
     by = {t.row: t for t in t3.trials if t.seed == 0}
-    assert {t.data["name"] for t in t3.trials} == {"data/multi30k-en-de"}
-    assert by["base"].model["d_model"] == 64 and by["base"].model["n_layers"] == 3
-    assert by["big"].train["steps"] == by["base"].train["steps"] == 2000 and by["big"].model["d_model"] == 128
-    assert by["base"].train["average_last"] == 0 and by["base"].train["lr_scale"] == 1.0
+    assert {t.data.name for t in t3.trials} == {"data/multi30k-en-de"}
+    assert by["base"].model.d_model == 64 and by["base"].model.n_layers == 3
+    assert by["big"].train.steps == by["base"].train.steps == 2000 and by["big"].model.d_model == 128
+    assert by["base"].train.average_last == 0 and by["base"].train.lr_scale == 1.0
+
+
+def test_a_trial_is_typed_and_becomes_plain_data_only_at_the_ray_boundary():
+    """A Trial holds its configs as dataclasses; `to_dict` (what Ray carries) is JSON, and `from_dict` gives the
+    same trial back with the same hash. The fields added later are declared on each config class."""
+    from harness.data.corpus import DataConfig
+    from harness.train import TrainConfig
+    from harness.trial import Trial
+    from model import TransformerConfig
+    for name in ("table3", "table1"):
+        for t in load_study(ROOT / "studies" / f"{name}.yaml", "tiny").trials:
+            spec = json.loads(json.dumps(t.to_dict()))
+            back = Trial.from_dict(spec, KINDS[t.kind].probe_type)
+            assert back == t and back.config_hash == t.config_hash, t.key
+    t = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0]).trials[0]
+    assert (type(t.model), type(t.train), type(t.data)) == (TransformerConfig, TrainConfig, DataConfig)
+    for cls in (TransformerConfig, TrainConfig, DataConfig):
+        assert set(cls.ADDED_LATER) <= {f.name for f in dataclasses.fields(cls)}, cls

@@ -178,9 +178,9 @@ def test_the_target_is_named_in_the_manifest_and_a_wrong_one_is_one_sentence(tmp
 def test_table2_s_small_profiles_train_the_en_fr_rows_on_the_french_like_target_and_score_them_as_french(tmp_path):
     from harness.data.corpus import DataConfig, load_dataset
     from harness.report.table2 import row_pair
-    from harness.study.spec import load_study
+    from harness.study.kinds import load_study
     for profile in ("tiny", "gpu"):
-        data = {t.row: t.configs()[2] for t in load_study("studies/table2.yaml", profile, None, None).trials}
+        data = {t.row: t.data for t in load_study("studies/table2.yaml", profile, None, None).trials}
         assert {r: (d.name, d.target) for r, d in data.items()} == {
             "base": ("synth", "de"), "big": ("synth", "de"), "base_enfr": ("synth", "fr"), "big_enfr": ("synth", "fr")}
     assert row_pair("base", "synth", "fr") == "en_fr" and row_pair("base", "synth", "de") == "en_de"

@@ -21,9 +21,9 @@ from model.layers import sinusoid_table
 
 from harness.system import pin_allocator
 from harness.errors import UserError
-from harness.data.bpe import BOS, EOS, PAD       # the special ids of every tokenizer of the harness
+from harness.data.bpe import BOS, PAD       # the special ids of every tokenizer of the harness
 from harness.probes.flops import count_analytic
-from harness.probes.peak import matmul_peak, sync, timed
+from harness.probes.peak import matmul_peak, timed
 from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from harness.errors import UserError
 
@@ -42,6 +42,10 @@ class DataConfig:
     # its linearized subtree). Dev and test stay whole sentences (studies/table4.yaml, wsj-sample).
     parse_subtrees: int = 0
     cache_dir: str = "data"        # generated corpora and BPE models are cached here
+
+    # Added after studies had run without them: left out of a trial's config hash at their defaults
+    # (harness/trial.py), so that those trials keep their hashes.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("target", "lexicon_seed", "parse_tags", "parse_subtrees")
 
 
 @dataclass

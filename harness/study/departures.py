@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from model import to_dict
+
 from harness.errors import UserError
 
 # Settings that say how a run is operated or logged, not what it computes: never a departure.
@@ -21,17 +23,16 @@ MAX_TAG = 7_900        # MLflow keeps tag values up to 8,000 characters
 
 
 def _flat(trial) -> dict[str, object]:
-    model, train, data = trial.configs()
-    return {**{f"model.{k}": v for k, v in model.to_dict().items()},
-            **{f"train.{k}": v for k, v in dataclasses.asdict(train).items()},
-            **{f"data.{k}": v for k, v in dataclasses.asdict(data).items()}}
+    return {**{f"model.{k}": v for k, v in to_dict(trial.model).items()},
+            **{f"train.{k}": v for k, v in dataclasses.asdict(trial.train).items()},
+            **{f"data.{k}": v for k, v in dataclasses.asdict(trial.data).items()}}
 
 
 def departures(study) -> list[dict]:
     """[{"key": "model.d_model", "values": [{"ours": 128, "paper": 512, "rows": ["base", ...]}, ...]}, ...] for
     every setting where a row of this profile differs from the same row in the study's `paper` profile;
     [] for the paper profile itself, for probe studies, and for a study without a paper profile."""
-    from harness.study.spec import load_study
+    from harness.study.kinds import load_study
     if study.kind != "train" or study.profile == "paper":
         return []
     try:
@@ -44,7 +45,7 @@ def departures(study) -> list[dict]:
         paper_base = next(_flat(t) for t in paper.trials if t.row == "base")
         theirs.update({r: dict(paper_base) for r in study.rows if r not in theirs})
     for trial in study.trials:      # the made-up corpus's own settings mean nothing for the paper's WMT
-        if trial.row in theirs and trial.data.get("name", "synth") == "synth" != theirs[trial.row]["data.name"]:
+        if trial.row in theirs and trial.data.name == "synth" != theirs[trial.row]["data.name"]:
             theirs[trial.row].update({f"data.{k}": None for k in SYNTH_ONLY})
     out: dict[str, dict[tuple, list[str]]] = {}
     for trial in study.trials:

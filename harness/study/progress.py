@@ -21,6 +21,11 @@ from typing import Callable
 from harness.trial import Trial
 
 
+def _steps(t: Trial) -> int:
+    """A trial's training steps (a probe row counts as one)."""
+    return t.train.steps if t.train is not None else 1
+
+
 def time_left(trials: list[Trial], flops_per_step: dict[str, float], seen: dict[str, dict], slots: int
               ) -> float | None:
     """Seconds until the study ends, from what the child runs have logged; None before any rate is known."""
@@ -41,7 +46,7 @@ def time_left(trials: list[Trial], flops_per_step: dict[str, float], seen: dict[
         s = seen.get(t.key, {"status": "PENDING", "step": 0})
         if s["status"] in ("FINISHED", "FAILED", "KILLED"):
             continue
-        steps = int(t.train["steps"])
+        steps = _steps(t)
         whole = steps * flops_per_step[t.key] / rates.get(t.key, rate)
         left = max(0, steps - s["step"]) * flops_per_step[t.key] / rates.get(t.key, rate) + share * whole
         (busy if s["status"] == "RUNNING" else waiting).append(left)
@@ -118,7 +123,7 @@ class StudyProgress:
         running = [(t, seen[t.key]) for t in self.trials if seen.get(t.key, {}).get("status") == "RUNNING"]
         head = (f"{count['FINISHED']} finished, {count['RUNNING']} running, {pending} pending, "
                 f"{count['FAILED']} failed; {_duration(time.time() - self.t0)} in, about {_duration(left)} left")
-        cells = [f"{t.key} {s['step']}/{t.train['steps']}" + (f" loss {s['loss']:.3f}" if s.get("loss") else "")
+        cells = [f"{t.key} {s['step']}/{_steps(t)}" + (f" loss {s['loss']:.3f}" if s.get("loss") else "")
                  + (f" {s['tokens_per_s'] / 1000:.1f} k tok/s" if s.get("tokens_per_s") else "") for t, s in running]
         line = f"[{time.strftime('%H:%M:%S')}] {head}" + "".join(f" | {c}" for c in cells)
         if not self._bars:
@@ -133,7 +138,7 @@ class StudyProgress:
             if i < len(running):
                 t, s = running[i]
                 bar.set_description_str(t.key, refresh=False)
-                bar.total, bar.n = int(t.train["steps"]), int(s["step"])
+                bar.total, bar.n = _steps(t), int(s["step"])
                 bar.set_postfix_str(cells[i].split(" ", 2)[-1] if " loss" in cells[i] else "", refresh=False)
             else:
                 bar.set_description_str("(idle)", refresh=False)

@@ -24,8 +24,9 @@ from harness.io import check_writable
 from harness.probes.cost import training_costs
 from harness.study import progress
 from harness.study.departures import departures_tag
-from harness.study.kinds import KINDS, Timing
-from harness.study.spec import Study, load_study
+from harness.study.estimate import Timing
+from harness.study.kinds import KINDS, load_study
+from harness.study.spec import Study
 from harness.system import git_state, hardware, versions
 from harness.tracking import VARIANT_TAG, StudyTracking, share_view, tracking_uri
 from harness.trial import Trial, spec_key
@@ -39,8 +40,8 @@ def paper_tags(study: Study) -> dict[str, str]:
 
 def _check_requirements(study: Study) -> None:
     for trial in study.trials:
-        name = trial.data.get("name", "synth")
-        if name != "synth" and not Path(name).is_dir() and trial.data.get("task") == "parse":
+        name = trial.data.name if trial.data else "synth"
+        if name != "synth" and not Path(name).is_dir() and trial.data.task == "parse":
             raise UserError(f"profile {study.profile} of {study.path} needs the tree directory {name}, which does "
                             f"not exist; prepare it from Penn Treebank .mrg files with `python -m harness data "
                             f"prepare ptb --from DIR --out {name}`, or run --profile tiny.")
@@ -74,8 +75,9 @@ def _trainable(config: dict) -> None:
     from ray import tune
 
     from harness.study.parallel import with_node
+    from harness.study.kinds import KINDS
     from harness.trial import run_trial
-    tune.report(run_trial(config["trial"], with_node(config["ctx"])))
+    tune.report(run_trial(config["trial"], with_node(config["ctx"]), KINDS[config["trial"]["kind"]]))
 
 
 def _placement(study: Study, cluster: dict, gpu: float, n_trials: int, ctx: dict):
@@ -123,7 +125,7 @@ def _live_view(study: Study, todo: list[Trial], ctx: dict, concurrency: int, arg
     from harness.study.progress import StudyProgress
     from harness.tracking import trial_progress
     kind = KINDS[study.kind]
-    per_step = {t.key: kind.estimated_flops(t) / max(1, int(t.train.get("steps", 1) or 1)) for t in todo}
+    per_step = {t.key: kind.estimated_flops(t) / max(1, (t.train.steps if t.train else 1)) for t in todo}
     poll = lambda: trial_progress(ctx["uri"], ctx["experiment_id"], ctx["parent_id"])  # noqa: E731
     return StudyProgress(todo, per_step, concurrency, poll).start()
 
@@ -366,7 +368,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tup
         name = lambda t: spec_key(t.config["trial"])  # noqa: E731
         tuner = tune.Tuner(
             tune.with_resources(trainable, bundle),
-            param_space={"trial": tune.grid_search([t.__dict__ for t in todo]), "ctx": ctx},
+            param_space={"trial": tune.grid_search([t.to_dict() for t in todo]), "ctx": ctx},
             tune_config=tune.TuneConfig(reuse_actors=True, trial_name_creator=name, trial_dirname_creator=name,
                                         max_concurrent_trials=concurrency),
             run_config=tune.RunConfig(name="tune", storage_path=str(run_dir / "ray"), verbose=0,

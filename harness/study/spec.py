@@ -14,22 +14,15 @@ Everything wrong is refused here with the file, the key and what is allowed (Use
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from model import PRESETS, ConfigError, get_preset, with_settings
-from model.family import to_dict
-
 from harness import overrides
-from harness.data.corpus import DataConfig
 from harness.errors import UserError, suggest
 from harness.paper import load_tables
-from harness.probes.scaling_spec import ScalingSpec, scaling_fields
-from harness.train import TRAIN_PRESETS
 from harness.trial import Trial
 
 TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_failures", "resources", "base",
@@ -61,7 +54,7 @@ class Study:
     kind: str = "train"
 
 
-class _Checker:
+class Checker:
     """Error messages that always name the file and the key."""
 
     def __init__(self, path: Path):
@@ -89,7 +82,7 @@ class _Checker:
         return value
 
 
-def _section_overrides(chk: _Checker, values: dict, where: str, section: str | None) -> dict[str, dict]:
+def section_overrides(chk: Checker, values: dict, where: str, section: str | None) -> dict[str, dict]:
     """Flat or sectioned key: value pairs -> {'model': {...}, 'train': {...}, 'data': {...}}, type-checked."""
     out: dict[str, dict] = {s: {} for s in overrides.SECTIONS}
     for key, value in values.items():
@@ -102,10 +95,32 @@ def _section_overrides(chk: _Checker, values: dict, where: str, section: str | N
     return out
 
 
-def load_study(path: str | Path, profile: str | None = None, rows: list[str] | None = None,
-               seeds: list[int] | None = None, sets: dict[str, dict] | None = None) -> Study:
-    """The study file resolved into trials. rows and seeds select (None: all rows, the profile's seeds);
-    sets (overrides.parse_sets of `run --set`) is laid over every row after the profile."""
+@dataclass(frozen=True)
+class Selection:
+    """What the user picked from a study file: a profile (None: tiny, else the first), rows and seeds (None: all
+    the profile runs, its seeds) and `run --set` (overrides.parse_sets: laid over every row after the profile)."""
+    profile: str | None = None
+    rows: list[str] | None = None
+    seeds: list[int] | None = None
+    sets: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyFile:
+    """A study file read and its top level checked, the part every kind shares; its kind's loader
+    (harness/study/kinds.py) resolves the rest. head: the Study fields known so far."""
+    chk: "Checker"
+    raw: dict
+    head: dict
+    seeds: list[int]
+
+    @property
+    def path(self) -> Path:
+        return self.chk.path
+
+
+def read_study_file(path: str | Path, kinds) -> StudyFile:
+    """The YAML file, its top-level keys, name, version, table, seeds, max_failures and kind (one of `kinds`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
@@ -113,7 +128,7 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"{path} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
-    chk = _Checker(path)
+    chk = Checker(path)
     raw = chk.mapping(raw, "top level")
     chk.keys(raw, "", TOP_KEYS)
     for key in ("study", "version", "base", "rows", "profiles"):
@@ -133,79 +148,21 @@ def load_study(path: str | Path, profile: str | None = None, rows: list[str] | N
     study_seeds = [chk.integer(s, "seeds", 0) for s in study_seeds]
     max_failures = chk.integer(raw.get("max_failures", 0), "max_failures", 0)
     kind = raw.get("kind", "train")
-    if kind not in LOADERS:
-        chk.fail("kind", f"unknown kind {kind!r}{suggest(kind, LOADERS)}; allowed: {', '.join(LOADERS)}.")
+    if kind not in kinds:
+        chk.fail("kind", f"unknown kind {kind!r}{suggest(kind, kinds)}; allowed: {', '.join(kinds)}.")
     head = dict(path=path, name=name, version=version, table=table, max_failures=max_failures, kind=kind)
-    sets = {sec: dict(v) for sec, v in (sets or {}).items() if v}
-    return LOADERS[kind](chk, raw, head, study_seeds, profile, rows, seeds, sets)
+    return StudyFile(chk, raw, head, study_seeds)
 
 
-def _load_train_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
-                      rows: list[str] | None, seeds: list[int] | None, sets: dict[str, dict]) -> Study:
-    """A study whose rows are model/train/data overrides (kind train): preset -> base -> row -> profile."""
-    path = head["path"]
-    base = chk.mapping(raw["base"], "base")
-    chk.keys(base, "base", BASE_KEYS)
-    preset_name = base.get("preset", "paper_base")
-    if preset_name not in PRESETS:
-        chk.fail("base.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}; "
-                                f"choose one of {', '.join(PRESETS)}.")
-    profile, prof = _pick_profile(chk, raw, profile)
-    where = f"profiles.{profile}"
-    chk.keys(prof, where, PROFILE_KEYS)
-    prof_base = chk.mapping(prof.get("base"), f"{where}.base")
-    chk.keys(prof_base, f"{where}.base", BASE_KEYS - {"preset"})
-    base_over = {s: {} for s in overrides.SECTIONS}
-    for sec in overrides.SECTIONS:
-        for layer, at in ((base, "base"), (prof_base, f"{where}.base")):
-            part = _section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}", sec)
-            base_over[sec].update(part[sec])
-
-    all_rows = chk.mapping(raw["rows"], "rows")
+def checked_rows(file: StudyFile) -> dict:
+    """The study's `rows`: a non-empty mapping of row name -> settings."""
+    all_rows = file.chk.mapping(file.raw["rows"], "rows")
     if not all_rows:
-        chk.fail("rows", "must name at least one row.")
-    row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
-                for r, v in all_rows.items()}
-    if "preset" in prof:
-        preset_name = prof["preset"]
-        if preset_name not in PRESETS:
-            chk.fail(f"{where}.preset", f"unknown preset {preset_name!r}{suggest(preset_name, PRESETS)}.")
-    factors, prof_over = _profile_overrides(chk, prof, where)
-    runs_rows = _profile_rows(chk, prof, where, all_rows)
-    prof_rows = chk.mapping(prof.get("rows"), f"{where}.rows")
-    for r in prof_rows:
-        _known_row(chk, r, f"{where}.rows.{r}", all_rows)
-    prof_row_over = {str(r): _section_overrides(chk, chk.mapping(v, f"{where}.rows.{r}"), f"{where}.rows.{r}", None)
-                     for r, v in prof_rows.items()}
-    if "seed" in sets.get("train", {}):
-        raise UserError("--set train.seed is not accepted by `run`: choose the trials' seeds with --seeds, e.g. "
-                        "--seeds 0,1,2.")
-    resources, requires = _resources(chk, raw, prof, where)
-
-    chosen = _pick_rows(path, all_rows, rows) if rows else runs_rows
-    for r in chosen:
-        if r not in runs_rows:
-            which = "only_rows" if "only_rows" in prof else f"rows, skip_rows {', '.join(map(str, prof['skip_rows']))}"
-            raise UserError(f"{path}: profile {profile} does not run row {r!r} (its {which}: "
-                            f"{', '.join(runs_rows)}); choose one of those, or another profile.")
-    chosen_seeds = seeds if seeds else _profile_seeds(chk, prof, where, study_seeds)
-
-    trials = []
-    for r in chosen:
-        # the profile's settings, then its overrides of this row, then `run --set` (the last layer, every row)
-        last = {sec: {**prof_over[sec], **prof_row_over.get(r, {}).get(sec, {}), **sets.get(sec, {})}
-                for sec in overrides.SECTIONS}
-        for seed in chosen_seeds:
-            try:
-                trials.append(_resolve(preset_name, base_over, row_over[r], factors, last, seed))
-            except (ConfigError, UserError, TypeError) as err:
-                chk.fail(f"rows.{r} (profile {profile}{', with --set' if sets else ''})", str(err))
-            trials[-1] = dataclasses.replace(trials[-1], row=r)
-    return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
-                 requires=requires, trials=trials)
+        file.chk.fail("rows", "must name at least one row.")
+    return all_rows
 
 
-def _profile_overrides(chk: _Checker, prof: dict, where: str) -> tuple[dict[str, dict], dict[str, dict]]:
+def profile_overrides(chk: Checker, prof: dict, where: str) -> tuple[dict[str, dict], dict[str, dict]]:
     """A profile's scale factors and its settings, each by section (model, train, data)."""
     scale = chk.mapping(prof.get("scale"), f"{where}.scale")
     factors: dict[str, dict] = {sec: {} for sec in overrides.SECTIONS}
@@ -217,12 +174,12 @@ def _profile_overrides(chk: _Checker, prof: dict, where: str) -> tuple[dict[str,
         except UserError as err:
             chk.fail(f"{where}.scale.{key}", str(err))
         factors[sec][field_name] = factor
-    prof_over = {sec: _section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"), f"{where}.{sec}", sec)[sec]
+    prof_over = {sec: section_overrides(chk, chk.mapping(prof.get(sec), f"{where}.{sec}"), f"{where}.{sec}", sec)[sec]
                  for sec in overrides.SECTIONS}
     return factors, prof_over
 
 
-def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list[str]:
+def profile_rows(chk: Checker, prof: dict, where: str, all_rows: dict) -> list[str]:
     """The rows a profile runs, in the study's order: its `only_rows` (a non-empty list of the study's rows),
     else all of them but its `skip_rows` (rows that would train exactly as another row in this profile)."""
     if "only_rows" in prof and "skip_rows" in prof:
@@ -232,7 +189,7 @@ def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list
         if not isinstance(skip, list):
             chk.fail(f"{where}.skip_rows", f"must be a list of the study's rows, got {skip!r}.")
         for r in skip:
-            _known_row(chk, r, f"{where}.skip_rows", all_rows)
+            known_row(chk, r, f"{where}.skip_rows", all_rows)
         kept = [str(r) for r in all_rows if r not in skip]
         if not kept:
             chk.fail(f"{where}.skip_rows", "leaves no row to run.")
@@ -243,18 +200,18 @@ def _profile_rows(chk: _Checker, prof: dict, where: str, all_rows: dict) -> list
     if not isinstance(only, list) or not only:
         chk.fail(f"{where}.only_rows", f"must be a non-empty list of the study's rows, got {only!r}.")
     for r in only:
-        _known_row(chk, r, f"{where}.only_rows", all_rows)
+        known_row(chk, r, f"{where}.only_rows", all_rows)
     return [str(r) for r in all_rows if r in only]
 
 
-def _known_row(chk: _Checker, row, where: str, all_rows: dict) -> None:
+def known_row(chk: Checker, row, where: str, all_rows: dict) -> None:
     """A profile's reference to a row (rows, only_rows, skip_rows) must name one of the study's rows."""
     if row not in all_rows:
         chk.fail(where, f"{row!r} names no row of the study{suggest(str(row), all_rows)}; its rows: "
                         f"{', '.join(map(str, all_rows))}.")
 
 
-def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
+def profile_seeds(chk: Checker, prof: dict, where: str, study_seeds: list[int]) -> list[int]:
     """A profile's own default seeds (e.g. three where every claim needs an interval), else the study's."""
     if "seeds" not in prof:
         return study_seeds
@@ -263,7 +220,7 @@ def _profile_seeds(chk: _Checker, prof: dict, where: str, study_seeds: list[int]
     return [chk.integer(x, f"{where}.seeds", 0) for x in prof["seeds"]]
 
 
-def _scaled(value, factor):
+def scaled(value, factor):
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -271,23 +228,7 @@ def _scaled(value, factor):
     return value * factor
 
 
-def _resolve(preset_name: str, base: dict, row: dict, factors: dict, prof: dict, seed: int) -> Trial:
-    # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
-    model = with_settings(with_settings(get_preset(preset_name), **base["model"]), **row["model"])
-    train = dataclasses.replace(TRAIN_PRESETS[preset_name], **{**base["train"], **row["train"]})
-    data = dataclasses.replace(DataConfig(), **{**base["data"], **row["data"]})
-    model = with_settings(model, **{k: _scaled(getattr(model, k), f) for k, f in factors["model"].items()})
-    train = dataclasses.replace(train, **{k: _scaled(getattr(train, k), f) for k, f in factors["train"].items()})
-    data = dataclasses.replace(data, **{k: _scaled(getattr(data, k), f) for k, f in factors["data"].items()})
-    model = with_settings(model, **prof["model"])
-    train = dataclasses.replace(train, **prof["train"], seed=seed)
-    train.validate()
-    data = dataclasses.replace(data, **prof["data"])
-    return Trial(row="", seed=seed, model=to_dict(model), train=dataclasses.asdict(train),
-                 data=dataclasses.asdict(data))
-
-
-def _pick_profile(chk: _Checker, raw: dict, profile: str | None) -> tuple[str, dict]:
+def pick_profile(chk: Checker, raw: dict, profile: str | None) -> tuple[str, dict]:
     profiles = chk.mapping(raw["profiles"], "profiles")
     if not profiles:
         chk.fail("profiles", "must define at least one profile (e.g. paper and tiny).")
@@ -295,10 +236,10 @@ def _pick_profile(chk: _Checker, raw: dict, profile: str | None) -> tuple[str, d
     if profile not in profiles:
         raise UserError(f"{chk.path} has no profile {profile!r}{suggest(profile, profiles)}; "
                         f"its profiles: {', '.join(profiles)}.")
-    return profile, _included(chk, chk.mapping(profiles[profile], f"profiles.{profile}"), f"profiles.{profile}")
+    return profile, included(chk, chk.mapping(profiles[profile], f"profiles.{profile}"), f"profiles.{profile}")
 
 
-def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) -> dict:
+def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) -> dict:
     """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
     relative to this one; it may include in turn) is the start, and this profile's own settings are laid
     over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole).
@@ -318,11 +259,11 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
         other = yaml.safe_load(target.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"{target} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
-    sub = _Checker(target)
+    sub = Checker(target)
     profiles = sub.mapping(sub.mapping(other, "top level").get("profiles"), "profiles")
     if name not in profiles:
         chk.fail(f"{where}.include", f"{file} has no profile {name!r}{suggest(name, profiles)}.")
-    merged = dict(_included(sub, sub.mapping(profiles[name], f"profiles.{name}"), f"profiles.{name}",
+    merged = dict(included(sub, sub.mapping(profiles[name], f"profiles.{name}"), f"profiles.{name}",
                             (*seen, chk.path.resolve())))
     merged.pop("rows", None)    # a profile's overrides of single rows belong to its own study's rows
     merged.pop("only_rows", None)
@@ -337,7 +278,7 @@ def _included(chk: _Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()
     return merged
 
 
-def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
+def pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
     chosen = list(all_rows) if not rows else rows
     for r in chosen:
         if r not in all_rows:
@@ -345,7 +286,7 @@ def _pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
     return chosen
 
 
-def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> tuple[dict, dict]:
+def resources(chk: Checker, raw: dict, prof: dict, where: str) -> tuple[dict, dict]:
     resources = {"cpu": 1, "gpu": 0, "workers": 1, **chk.mapping(raw.get("resources"), "resources"),
                  **chk.mapping(prof.get("resources"), f"{where}.resources")}
     chk.keys(resources, "resources", RESOURCE_KEYS)
@@ -358,54 +299,3 @@ def _resources(chk: _Checker, raw: dict, prof: dict, where: str) -> tuple[dict, 
     requires = chk.mapping(prof.get("requires"), f"{where}.requires")
     chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
     return resources, requires
-
-
-def _probe_settings(chk: _Checker, values: dict, where: str) -> dict:
-    fields = scaling_fields()
-    for key in values:
-        if key not in fields:
-            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
-    return dict(values)
-
-
-def _load_probe_study(chk: _Checker, raw: dict, head: dict, study_seeds: list[int], profile: str | None,
-                      rows: list[str] | None, seeds: list[int] | None, sets: dict[str, dict]) -> Study:
-    """A study whose rows are probe settings (kind scaling): base.probe -> row -> profile.probe."""
-    path = head["path"]
-    if sets:
-        raise UserError(f"--set changes model, train and data settings, and {path} is a {head['kind']} study "
-                        f"without them; change its probe settings in the study file instead.")
-    base = chk.mapping(raw["base"], "base")
-    chk.keys(base, "base", PROBE_BASE_KEYS)
-    base_probe = _probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
-    all_rows = chk.mapping(raw["rows"], "rows")
-    if not all_rows:
-        chk.fail("rows", "must name at least one row.")
-    row_probe = {str(r): _probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
-    profile, prof = _pick_profile(chk, raw, profile)
-    where = f"profiles.{profile}"
-    chk.keys(prof, where, PROBE_PROFILE_KEYS)
-    prof_probe = _probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
-    resources, requires = _resources(chk, raw, prof, where)
-    if resources["workers"] != 1:
-        chk.fail("resources.workers", "must be 1 for a scaling study: its probe times one process.")
-    chosen = _pick_rows(path, all_rows, rows)
-    chosen_seeds = seeds if seeds else study_seeds
-    trials = []
-    for r in chosen:
-        settings = {**base_probe, **row_probe[r], **prof_probe}
-        try:
-            spec = ScalingSpec(**settings)
-            spec.validate()
-        except (TypeError, ValueError) as err:
-            chk.fail(f"rows.{r} (profile {profile})", f"{err}.")
-        probe = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(spec).items()}
-        trials += [Trial(row=r, seed=s, model={}, train={}, data={}, kind="scaling", probe=probe)
-                   for s in chosen_seeds]
-    return Study(**head, profile=profile, rows=chosen, seeds=chosen_seeds, resources=resources,
-                 requires=requires, trials=trials)
-
-
-# How each kind of study file is read: `kind:` names one (default train). The runner's side of a kind
-# (dry-run listing, data to prepare, cost estimate, summary columns) is harness/study/kinds.py.
-LOADERS = {"train": _load_train_study, "scaling": _load_probe_study}

@@ -1,0 +1,122 @@
+"""The study kind `scaling` (Table 1): each row is one layer type timed over sequence length n and width d.
+Its file's rows are probe settings (harness/probes/scaling_spec.ScalingSpec): base.probe -> row ->
+profile.probe; its trial times the layer (harness/probes/scaling.py) and logs each point as it is measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from harness.errors import UserError, suggest
+from harness.io import atomic_write
+from harness.probes.scaling_spec import ScalingSpec, scaling_fields
+from harness.study.estimate import Timing
+from harness.study.spec import Checker, Selection, Study, StudyFile, checked_rows, pick_profile, pick_rows, resources
+from harness.tracking import TrialRun
+from harness.train.dist import SINGLE, Ranks
+from harness.trial import Trial
+
+BASE_KEYS = {"probe"}
+PROFILE_KEYS = {"description", "probe", "resources", "requires"}
+probe_type = ScalingSpec
+
+
+def probe_settings(chk: Checker, values: dict, where: str) -> dict:
+    fields = scaling_fields()
+    for key in values:
+        if key not in fields:
+            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def load(file: StudyFile, sel: Selection) -> Study:
+    """A study whose rows are probe settings: base.probe -> row -> profile.probe."""
+    chk, raw = file.chk, file.raw
+    if sel.sets:
+        raise UserError(f"--set changes model, train and data settings, and {file.path} is a {file.head['kind']} "
+                        f"study without them; change its probe settings in the study file instead.")
+    base = chk.mapping(raw["base"], "base")
+    chk.keys(base, "base", BASE_KEYS)
+    base_probe = probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
+    all_rows = checked_rows(file)
+    row_probe = {str(r): probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
+    profile, prof = pick_profile(chk, raw, sel.profile)
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, PROFILE_KEYS)
+    prof_probe = probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
+    needs, requires = resources(chk, raw, prof, where)
+    if needs["workers"] != 1:
+        chk.fail("resources.workers", "must be 1 for a scaling study: its probe times one process.")
+    chosen = pick_rows(file.path, all_rows, sel.rows)
+    seeds = sel.seeds if sel.seeds else file.seeds
+    trials = []
+    for r in chosen:
+        try:
+            spec = ScalingSpec(**{**base_probe, **row_probe[r], **prof_probe})
+            spec.validate()
+        except (TypeError, ValueError) as err:
+            chk.fail(f"rows.{r} (profile {profile})", f"{err}.")
+        trials += [Trial(row=r, seed=s, kind="scaling", probe=spec) for s in seeds]
+    return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
+                 trials=trials)
+
+
+def print_trials(study: Study, timing: Timing = Timing()) -> None:
+    print(f"{'trial':<20}{'hash':<14}{'layer':<16}{'n swept (at d)':<40}{'d swept (at n)':<40}")
+    for t in study.trials:
+        p = t.probe
+        print(f"{t.key:<20}{t.config_hash:<14}{p.layer:<16}{str(list(p.ns)) + ' d=' + str(p.d_fixed):<40}"
+              f"{str(list(p.ds)) + ' n=' + str(p.n_fixed):<40}")
+
+
+def prepare(trials: list[Trial]) -> None:
+    """Nothing to prepare: the probe makes its own inputs."""
+
+
+def estimated_flops(trial: Trial) -> float:
+    return 0.0          # the rows are timed, not trained: no order to choose
+
+
+def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
+    return [("exp n", "exp_n_fwd"), ("exp n f+b", "exp_n_fwd_bwd"), ("exp d", "exp_d_fwd"),
+            ("exp d f+b", "exp_d_fwd_bwd"), ("seq ops", "seq_ops_measured"), ("path", "path_measured_max_n")]
+
+
+def params(trial: Trial) -> dict:
+    return {"probe": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(trial.probe).items()}}
+
+
+def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tuple[dict, str]:
+    """One layer of Table 1: each timed point goes to MLflow as it is measured (step = n or d), then the
+    fitted exponents, sequential operations and path lengths; the whole result as scaling.json."""
+    from harness.probes.scaling import measure_layer
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_point(row: dict) -> None:
+        x = row[row["sweep"]]
+        mem = row.get("peak_mem_bytes") if row.get("peak_mem_bytes") is not None else row.get("largest_fwd_tensor_bytes")
+        run.log_step(x, {f"fwd_s_vs_{row['sweep']}": row["fwd_s"], f"fwd_bwd_s_vs_{row['sweep']}": row["fwd_bwd_s"],
+                         **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
+
+    result = measure_layer(trial.probe, on_point)
+    for p in result["path_lengths"]:
+        if p["measured"] is not None:
+            run.log_step(p["n"], {"path_measured": p["measured"], "path_formula": p["formula"]})
+    seq = result["sequential_ops"]
+    metrics = {f"exp_{k}": v["slope"] for k, v in result["fits"].items()}
+    metrics.update({f"exp_{k}_fixed_cost_dominated": float(v["fixed_cost_dominated"]) for k, v in result["fits"].items()})
+    metrics.update({f"exp_{k}_points_dropped": v["dropped"] for k, v in result["fits"].items()})
+    metrics.update({"seq_ops_measured": seq["measured"], "seq_ops_by_construction": seq["by_construction"],
+                    "seq_ops_n": seq["n"], "aten_ops_at_n": seq["aten_ops_at_n"],
+                    "torch_threads": result["torch_threads"]})
+    last = result["path_lengths"][-1]
+    if last["measured"] is not None:
+        metrics.update({"path_measured_max_n": last["measured"], "path_formula_max_n": last["formula"],
+                        "path_max_n": last["n"]})
+    metrics["device"] = result["device"]
+    run.log_final(metrics, 0)
+    atomic_write(out_dir / "scaling.json", json.dumps(result, indent=2) + "\n")
+    run.log_artifacts([out_dir / "scaling.json"])
+    summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
+    return metrics, summary
