@@ -32,8 +32,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
-from harness.probes.scaling_spec import (DEFAULTS, EXPONENT_TOLERANCE, PATH_KINDS, QUICK, TIMED, ScalingSpec,
-                                         fit_exponent)
+from harness.probes.scaling_spec import (DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec,
+                                         exponent_note, fit_exponent)
 from harness.system import pin_allocator
 
 # ---------------------------------------------------------------- layers
@@ -403,16 +403,13 @@ def _notes(res: dict) -> list[str]:
     notes, cfg = [], res["config"]
     for kind, f in res["fits"].items():
         for var in ("n", "d"):
-            fit, want = f[f"{var}_fwd"], PAPER[kind][f"exp_{var}"]
-            if abs(fit["slope"] - want) <= EXPONENT_TOLERANCE:
-                continue
-            lo, hi = min(cfg[f"{var}s"]), max(cfg[f"{var}s"])
-            why = ("fixed costs dominate: fewer than 3 points reached "
-                   f"{cfg['fixed_mult']}x the smallest time" if fit["fixed_cost_dominated"]
-                   else f"{fit['dropped']} smallest point(s) dropped as fixed-cost")
-            notes.append(f"{kind}: exponent in {var} {fit['slope']:.2f} vs paper {want}; time grew "
-                         f"{fit['time_ratio']:.1f}x over {var}={lo}..{hi} where {var}^{want} predicts "
-                         f"{(hi / lo) ** want:.0f}x ({why}).")
+            for p, label in (("fwd", "forward"), ("fwd_bwd", "forward + backward")):
+                fit = f[f"{var}_{p}"]
+                note = exponent_note(kind, var, label, fit["slope"], PAPER[kind][f"exp_{var}"],
+                                     (min(cfg[f"{var}s"]), max(cfg[f"{var}s"])), fit["time_ratio"], fit["dropped"],
+                                     fit["fixed_cost_dominated"], cfg["fixed_mult"])
+                if note:
+                    notes.append(note)
     big = [r_ for r_ in res["rows"] if r_["sweep"] == "n" and r_["n"] == max(cfg["ns"])]
     by = {r_["layer"]: r_ for r_ in big}
     if "sdpa" in by and "plain" in by:

@@ -95,3 +95,27 @@ def fit_exponent(xs, ts, fixed_mult: float = 3.0) -> dict:
     slope = sum((a - mx) * (b - mt) for a, b in zip(lx, lt)) / sxx if sxx > 0 else float("nan")
     return {"slope": slope, "x_used": [x for x, _ in keep], "dropped": len(pts) - len(keep),
                 "fixed_cost_dominated": dominated, "time_ratio": pts[-1][1] / pts[0][1]}  # largest x / smallest x
+
+
+def exponent_note(name: str, var: str, label: str, got: float, want: float, sweep: tuple[float, float] | None,
+                  time_ratio: float, dropped: float, dominated: bool, fixed_mult: float) -> str | None:
+    """Where a fitted exponent departs from the paper's by more than EXPONENT_TOLERANCE, the note that says so and
+    why, in one sentence (the probe's printout and Table 1's report both write it); None where it does not.
+    sweep: the (smallest, largest) value of `var` timed, or None where none was logged."""
+    if _missing(got) or _missing(want) or abs(got - want) <= EXPONENT_TOLERANCE:
+        return None
+    why = (f"fixed costs dominate (fixed_cost_dominated): fewer than 3 points reached {fixed_mult:g}x the sweep's "
+           "smallest time, so the 3 largest were fitted" if dominated else
+           f"{dropped:.0f} smallest point(s) dropped as fixed-cost" if dropped > 0 else "no point dropped as fixed-cost")
+    if sweep and sweep[0] > 0:
+        lo, hi = sweep
+        ratio = "–" if _missing(time_ratio) else f"{time_ratio:.1f}"
+        grew = f"time grew {ratio}x over {var} = {lo:g}..{hi:g}, where {var}^{want:g} predicts {(hi / lo) ** want:.0f}x"
+    else:
+        grew = "no sweep logged"
+    return (f"`{name}`: exponent in {var} ({label}) {got:.2f} against the paper's {want:g} ({got - want:+.2f}); "
+            f"{grew}; {why}.")
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))

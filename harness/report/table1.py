@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from harness import tracking
 from harness.paper import load_tables, table1_columns
-from harness.probes.scaling_spec import EXPONENT_TOLERANCE, ScalingSpec, fit_exponent
+from harness.probes.scaling_spec import EXPONENT_TOLERANCE, ScalingSpec, exponent_note, fit_exponent
 from harness.report.common import (NAN, column, num, save_png, text_of, param_of, mean_of, tags_of, md_table, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order)
 
 # Table 1: a measured exponent further than this from the paper's is listed under "where they part".
@@ -78,22 +78,14 @@ def table1_notes(table: pd.DataFrame) -> list[str]:
             notes.append(f"`{r['row']}`: {failure_cell(r)}; no measurement, the row's measured columns are empty.")
             continue
         for var in ("n", "d"):
-            want = r[f"paper_exp_{var}"]
+            lo, hi = r[f"{var}_min"], r[f"{var}_max"]
             for p, label in (("fwd", "forward"), ("fwd_bwd", "forward + backward")):
-                got = r[f"exp_{var}_{p}"]
-                if pd.isna(got) or pd.isna(want) or abs(got - want) <= DEVIATION:
-                    continue
-                lo, hi = r[f"{var}_min"], r[f"{var}_max"]
-                dropped, dominated = r[f"exp_{var}_{p}_points_dropped"], r[f"exp_{var}_{p}_fixed_cost_dominated"]
-                why = (f"fixed costs dominate (fixed_cost_dominated): fewer than 3 points reached "
-                       f"{r['fixed_mult']:g}x the sweep's smallest time, so the 3 largest were fitted"
-                       if dominated >= 0.5 else f"{dropped:.0f} smallest point(s) dropped as fixed-cost"
-                       if dropped > 0 else "no point dropped as fixed-cost")
-                sweep = (f"time grew {num(r[f'time_ratio_{var}_{p}'], '{:.1f}')}x over {var} = {lo:g}..{hi:g}, "
-                         f"where {var}^{want:g} predicts {(hi / lo) ** want:.0f}x") if pd.notna(lo) and lo > 0 \
-                    else "no sweep logged"
-                notes.append(f"`{r['row']}`: exponent in {var} ({label}) {got:.2f} against the paper's {want:g} "
-                             f"({got - want:+.2f}); {sweep}; {why}.")
+                note = exponent_note(r["row"], var, label, r[f"exp_{var}_{p}"], r[f"paper_exp_{var}"],
+                                     (lo, hi) if pd.notna(lo) else None, r[f"time_ratio_{var}_{p}"],
+                                     r[f"exp_{var}_{p}_points_dropped"],
+                                     r[f"exp_{var}_{p}_fixed_cost_dominated"] >= 0.5, r["fixed_mult"])
+                if note:
+                    notes.append(note)
         slope = r.get("steepest_n_slope", NAN)
         if r["layer"] != "plain" and pd.notna(slope) and pd.notna(r["exp_n_fwd"]) \
                 and r["exp_n_fwd"] - r["paper_exp_n"] > DEVIATION and slope - r["paper_exp_n"] > 2 * DEVIATION:
