@@ -372,7 +372,7 @@ def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], t
 
 # The MLflow UI's shared views (its runs page's "Share" button): an experiment tag holding a view state, opened
 # by `#/experiments/<id>/runs?viewStateShareKey=<key>`. The UI reads plain JSON there (or its own compressed
-# form) with the runs table's settings: which columns, which parent runs are expanded, the sort.
+# form) with the runs table's settings: which columns, which parent runs are expanded, the sort, the grouping.
 VIEW_PREFIX = "mlflow.sharedViewState."
 # A study's key figures, in this order, where its trials logged them (train studies: PPL, both BLEUs and
 # size; Table 4: F1 and the share of trees; Table 1: the fitted exponents).
@@ -382,9 +382,11 @@ VIEW_PARAMS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_heads",
 
 
 def share_view(uri: str, parent_id: str) -> str:
-    """Save the study invocation's view of the runs table in MLflow (its trials' row, seed, key metrics and
-    knobs as columns; the parent run marked expanded, which MLflow 3.17 does not yet restore from a shared
-    view) and return the link to it, relative to the server's root."""
+    """Save the study invocation's view of the runs table in MLflow and return the link to it, relative to the
+    server's root: the trials grouped by their `row` tag (MLflow's run grouping, each group's metrics averaged
+    over its seeds; a group opens on its trials), so that the page shows every row of the study with its
+    figures before any click; key metrics and knobs as columns. (The parent run is also marked expanded,
+    which MLflow 3.17 does not restore from a shared view.)"""
     client = MlflowClient(uri)
     parent = client.get_run(parent_id)
     exp = parent.info.experiment_id
@@ -395,7 +397,8 @@ def share_view(uri: str, parent_id: str) -> str:
                *(f"metrics.`{k}`" for k in VIEW_METRICS if k in metrics),
                *(f"params.`{k}`" for k in VIEW_PARAMS if k in params)]
     state = {"selectedColumns": columns, "runsExpanded": {parent_id: True},
-             "orderByKey": "attributes.start_time", "orderByAsc": False}
+             "orderByKey": "attributes.start_time", "orderByAsc": False,
+             "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": "row"}]}}
     client.set_experiment_tag(exp, VIEW_PREFIX + parent_id, json.dumps(state))
     # workflowType: a fresh browser opens MLflow 3.17 in its GenAI view whatever the experiment's kind says
     return f"#/experiments/{exp}/runs?viewStateShareKey={parent_id}&workflowType=machine_learning"

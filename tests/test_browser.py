@@ -100,13 +100,21 @@ def test_the_parent_run_page_shows_the_report(served_study):
         assert f"{row}/dev_ppl" in dom and str(parent.data.metrics[f"{row}/dev_ppl"]) in dom, row
 
 
-def test_the_printed_link_opens_the_runs_table_with_the_key_metrics_as_columns(served_study):
-    """The link a study prints (a view it saved in MLflow) opens the runs table with the study's key metrics
-    and knobs as columns. (MLflow 3.17 does not restore which parent runs were expanded from a shared view:
-    the trials' rows appear when the parent run is expanded by hand.)"""
-    base, _, parent, _, tmp, view, _ = served_study
+def test_the_printed_link_lands_on_every_row_of_the_study_with_its_metrics_without_a_click(served_study):
+    """The link a study prints (a view it saved in MLflow) opens the runs table grouped by the study's rows
+    (MLflow's run grouping, averaging each metric over a row's seeds): every row is a group, open, with its
+    trials and their key metrics as columns, without a click. The parent run is the one run without a row,
+    in the "Additional runs" group."""
+    base, _, parent, _, tmp, view, client = served_study
     dom = _chromium(f"{base}/{view}", OUTPUT / "runs_table.png", tmp / "chrome3")
     (OUTPUT / "runs_table.html").write_text(dom, encoding="utf-8")
-    assert "viewing a shared view" in dom and parent.info.run_name in dom
+    assert "viewing a shared view" in dom and "Additional runs" in dom
     for column in ("dev_ppl", "dev_bleu", "dev_bleu_tok", "params"):
         assert f">{column}<" in dom, column                          # a column header of the runs table
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(r.data.tags["row"] for r in children) == ["A1", "base"]
+    for run in children:
+        row, ppl = run.data.tags["row"], run.data.metrics["dev_ppl"]
+        assert f">Group: {row}<" in dom, row                           # the row's group ...
+        assert f">{ppl} <" in dom or f">{ppl}<" in dom, (row, ppl)   # ... with its dev PPL (one seed: the mean)
+        assert f">{run.info.run_name}<" in dom, row                    # and its trial, shown without a click
