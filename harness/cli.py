@@ -224,7 +224,7 @@ def _add_data(sub) -> None:
 def _add_train(sub) -> None:
     """`train`: one model, from a preset or a study's row."""
     tr = sub.add_parser("train", help="train one model and evaluate it on the dev set")
-    tr.add_argument("--preset", default="tiny", help="paper_base | paper_big | tiny | modern_base")
+    tr.add_argument("--preset", default="cpu_d128", help="paper_base | paper_big | cpu_d128 | modern_base")
     tr.add_argument("--study", default=None, type=Path, help="start from a row of this study file instead of a preset")
     tr.add_argument("--row", default=None, help="with --study: the row (e.g. base, C5)")
     tr.add_argument("--profile", default=None, help="with --study: the profile (default: tiny when it has one)")
@@ -326,7 +326,7 @@ def _add_evaluate(sub) -> None:
 def _add_bench(sub) -> None:
     """`bench`: training steps and decoding timed."""
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
-    be.add_argument("--preset", default="tiny", help="a preset, or several separated by commas "
+    be.add_argument("--preset", default="cpu_d128", help="a preset, or several separated by commas "
                     "(GPU check: tiny,paper_base,paper_big --compile)")
     be.add_argument("--device", default="auto")
     be.add_argument("--dtype", default="auto", help="fp32 | bf16 | auto (bf16 on CUDA, fp32 on CPU)")

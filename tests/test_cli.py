@@ -39,6 +39,7 @@ def one_sentence_error(err: str) -> str:
     (["data", "prepare", "wmt15", "--from", "{tmp}", "--out", "{tmp}/w"], "unknown corpus"),
     (["data", "prepare", "wmt14-en-es", "--from", "{tmp}", "--out", "{tmp}/w"], "wmt14-en-de, wmt14-en-fr"),
     (["bench", "--preset", "huge"], "unknown preset"),
+    (["train", "--preset", "tiny", "--out", "{tmp}/r"], "now called 'cpu_d128'"),
     (["bench", "--dtype", "fp8"], "--dtype"),
     (["probe", "scaling", "--device", "tpu"], "not a torch device"),
     (["probe", "flops", "--preset", "paper_huge"], "preset"),
@@ -92,7 +93,7 @@ def test_data_synth_writes_a_corpus(capsys, tmp_path):
 
 
 def test_train_end_to_end_prints_a_json_line(capsys, tmp_path):
-    code, out, err = run(capsys, "train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--json", "--quiet",
+    code, out, err = run(capsys, "train", "--preset", "cpu_d128", "--out", str(tmp_path / "run"), "--json", "--quiet",
                          "--set", "d_model=32", "--set", "d_ff=64", "--set", "n_layers=1", "--set", "vocab_size=300",
                          "--set", "train.steps=3", "--set", "max_tokens=800", "--set", "batch_tokens=800",
                          "--set", "bleu_sentences=4", "--set", "max_extra=4",
@@ -105,7 +106,7 @@ def test_train_end_to_end_prints_a_json_line(capsys, tmp_path):
 
 
 def test_bench_prints_core_and_peer_throughput(capsys):
-    code, out, _ = run(capsys, "bench", "--preset", "tiny", "--tokens", "256", "--repeats", "1", "--no-decode",
+    code, out, _ = run(capsys, "bench", "--preset", "cpu_d128", "--tokens", "256", "--repeats", "1", "--no-decode",
                        "--json")
     assert code == 0
     report = json.loads(out)
@@ -115,7 +116,7 @@ def test_bench_prints_core_and_peer_throughput(capsys):
 
 
 def test_bench_times_the_packed_core_on_varied_lengths_and_counts_only_real_tokens(capsys):
-    code, out, _ = run(capsys, "bench", "--preset", "tiny", "--tokens", "256", "--repeats", "1", "--no-decode",
+    code, out, _ = run(capsys, "bench", "--preset", "cpu_d128", "--tokens", "256", "--repeats", "1", "--no-decode",
                        "--vary", "--pack", "--json")
     assert code == 0
     t = json.loads(out)["training"]
@@ -123,9 +124,9 @@ def test_bench_times_the_packed_core_on_varied_lengths_and_counts_only_real_toke
     from harness.bench.speed import synthetic_batch
     from harness.probes.flops import count_analytic
     from model import get_preset
-    src, _, tgt_out = synthetic_batch(256 // 25, 25, get_preset("tiny").vocab_size, "cpu", vary=True)
+    src, _, tgt_out = synthetic_batch(256 // 25, 25, get_preset("cpu_d128").vocab_size, "cpu", vary=True)
     assert t["target_tokens"] == int((tgt_out != 0).sum()) < tgt_out.numel()          # padded, varied
-    padded = count_analytic(get_preset("tiny"), src.size(0), src.size(1), tgt_out.size(1))["step_flops"]
+    padded = count_analytic(get_preset("cpu_d128"), src.size(0), src.size(1), tgt_out.size(1))["step_flops"]
     assert 0 < t["flops_per_step"] < padded
 
 
@@ -138,7 +139,7 @@ def test_report_without_a_store_creates_nothing(capsys, tmp_path, monkeypatch):
 
 
 def test_probe_flops_prints_three_agreeing_counts(capsys):
-    code, out, _ = run(capsys, "probe", "flops", "--preset", "tiny", "--batch-tokens", "200", "--json")
+    code, out, _ = run(capsys, "probe", "flops", "--preset", "cpu_d128", "--batch-tokens", "200", "--json")
     assert code == 0
     report = json.loads(out.strip().splitlines()[-1])
     assert report["agree"] is True

@@ -153,7 +153,7 @@ def test_harness_train_under_torchrun_equals_one_process(one_and_two, tmp_path):
             "--set", "eval_every=0", "--set", "bleu_sentences=4", "--set", "max_extra=3",
             "--set", "train_pairs=1000", "--set", "dev_pairs=8", "--set", "test_pairs=8",
             "--set", f"cache_dir={cache}", "--set", "checkpoint_every=0", "--set", "checkpoint_minutes=0"]
-    common = ["-m", "harness", "train", "--preset", "tiny", "--threads", "1", "--quiet", "--json", *sets]
+    common = ["-m", "harness", "train", "--preset", "cpu_d128", "--threads", "1", "--quiet", "--json", *sets]
     one = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True,
                          timeout=300)
     from tests.test_studies import _free_port

@@ -71,7 +71,7 @@ def toy_family():
 
 def test_toy_family_trains_and_evaluates_through_the_cli(toy_family, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["train", "--preset", "tiny", "--set", "model.family=toy", "--set", "d_model=24",
+    code = main(["train", "--preset", "cpu_d128", "--set", "model.family=toy", "--set", "d_model=24",
                  "--set", "train.steps=30", "--set", "warmup=10", "--set", "max_tokens=800",
                  "--set", "batch_tokens=800", "--set", "bleu_sentences=4", "--set", "max_extra=4",
                  "--set", "beam_size=3", "--set", "eval_every=15", "--set", "checkpoint_every=15",
@@ -109,7 +109,7 @@ def _prepared(tmp_path):
 
 def test_switching_family_carries_shared_settings_and_refuses_unknown_ones(toy_family):
     from model import get_preset
-    toy = with_settings(get_preset("tiny"), family="toy", d_model=16)
+    toy = with_settings(get_preset("cpu_d128"), family="toy", d_model=16)
     assert (toy.family, toy.d_model, toy.vocab_size, toy.max_len) == ("toy", 16, 8000, 512)
     assert isinstance(build_model(toy), ToyModel)
     assert config_from_dict(dataclasses.asdict(toy)) == toy

@@ -286,7 +286,7 @@ def test_unwritable_runs_dir_is_one_sentence_and_nothing_started(tmp_path):
 
 
 def test_corrupted_checkpoint_falls_back_to_the_one_before(tmp_path):
-    model = get_preset("tiny").replace(d_model=32, d_ff=64, n_layers=1, n_heads=2, vocab_size=300, max_len=128)
+    model = get_preset("cpu_d128").replace(d_model=32, d_ff=64, n_layers=1, n_heads=2, vocab_size=300, max_len=128)
     cfg = TrainConfig(steps=40, warmup=10, max_tokens=600, batch_tokens=600, checkpoint_every=10,
                       checkpoint_minutes=0, log_every=5, bleu_sentences=4, max_extra=3)
     data = DataConfig(train_pairs=1000, dev_pairs=8, test_pairs=8, cache_dir=str(tmp_path / "cache"))

@@ -107,13 +107,13 @@ def test_paper_base_counters_match_analytic_scaled():
 
 
 def test_main_table_and_json(capsys):
-    assert flops.main("tiny", 200, 20, False) == 0
+    assert flops.main("cpu_d128", 200, 20, False) == 0
     out = capsys.readouterr().out
     for word in ("analytic", "fvcore", "torch", "one per multiply-add", "two per multiply-add", "scaled"):
         assert word in out
-    assert flops.main("tiny", 200, 20, True) == 0
+    assert flops.main("cpu_d128", 200, 20, True) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["agree"] and data["B"] == 10 and data["preset"] == "tiny"
+    assert data["agree"] and data["B"] == 10 and data["preset"] == "cpu_d128"
 
 
 def test_main_rejects_unknown_preset():

@@ -14,7 +14,7 @@ writes DIR/gpu_check.json (every figure) and DIR/gpu_check.md (the summary it al
    then eager, on padded sentences of 15..35 tokens, the core padded, the core packed (varlen) and the
    peer; then tiny. Compilation dominates the time, so the compiled runs come first and the rest follow
    as the budget allows.
-3. training: the tiny preset on the made-up corpus, packed, then compiled with shape buckets (graphs per
+3. training: the cpu_d128 preset on the made-up corpus, packed, then compiled with shape buckets (graphs per
    shape, step time).
 
 On a CPU (`--device cpu --quick`) it runs the same steps small: that is how the tests keep it working.
@@ -46,7 +46,7 @@ from harness.train import TRAIN_PRESETS, TrainConfig, resolve_device, train, tra
 def _parity(device: torch.device) -> dict:
     """The same weights and batch on the CPU and on the device, fp32: loss and largest gradient difference;
     then bf16 hidden states of a packed batch against the padded batch's."""
-    cfg = get_preset("tiny").replace(vocab_size=1000, p_drop=0.0)
+    cfg = get_preset("cpu_d128").replace(vocab_size=1000, p_drop=0.0)
     torch.manual_seed(0)
     batch = synthetic_batch(32, 25, cfg.vocab_size, "cpu", vary=True)
     results = {}
@@ -81,7 +81,7 @@ def _parity(device: torch.device) -> dict:
 def _decoding_parity(device: torch.device) -> dict:
     """fp32: the logits of a captured step graph (`StepGraph`) against ordinary cached steps over 30
     positions, and greedy and beam outputs with and without graphs."""
-    cfg = get_preset("tiny").replace(vocab_size=1000, p_drop=0.0)
+    cfg = get_preset("cpu_d128").replace(vocab_size=1000, p_drop=0.0)
     torch.manual_seed(0)
     model = Transformer(cfg).to(device).eval()
     src = synthetic_batch(16, 20, cfg.vocab_size, "cpu", vary=True)[0].to(device)
@@ -135,11 +135,11 @@ def _bench(preset: str, device: str, quick: bool, vary: bool) -> dict:
 def _train(out: Path, device: str, quick: bool, **overrides) -> dict:
     import dataclasses
     steps = 20 if quick else 300
-    cfg = dataclasses.replace(TRAIN_PRESETS["tiny"], steps=steps, warmup=max(steps // 5, 1), log_every=10,
+    cfg = dataclasses.replace(TRAIN_PRESETS["cpu_d128"], steps=steps, warmup=max(steps // 5, 1), log_every=10,
                               checkpoint_every=0, bleu_sentences=20 if quick else 200, device=device, **overrides)
     data = DataConfig(train_pairs=2000 if quick else 20_000, dev_pairs=100, test_pairs=100,
                       cache_dir=str(out / "data"))
-    model = get_preset("tiny").replace(p_drop=0.1)
+    model = get_preset("cpu_d128").replace(p_drop=0.1)
     metrics = train(model, cfg, data, out / ("run_" + "_".join(f"{k}" for k in overrides)), quiet=True)
     keep = ("steps", "train_seconds", "step_time_s", "tokens_per_s", "padding_fraction", "batch_shapes",
             "compiled_graphs", "dev_ppl", "dev_bleu")
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
-    presets = ["tiny"] if args.quick else ["paper_base", "paper_big"]
+    presets = ["cpu_d128"] if args.quick else ["paper_base", "paper_big"]
     steps = [("parity", lambda: _parity(device)),
              ("profile", lambda: _profile("tiny" if args.quick else "paper_base", device, args.quick))]
     for vary in (False, True):
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"bench {preset}" + (" varied lengths" if vary else "")
             steps.append((label, lambda p=preset, v=vary: _bench(p, str(device), args.quick, vary=v)))
     if not args.quick:
-        steps.append(("bench tiny", lambda: _bench("tiny", str(device), False, vary=False)))
+        steps.append(("bench cpu_d128", lambda: _bench("cpu_d128", str(device), False, vary=False)))
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))        # corpus and runs: not results, not kept
     steps.append(("train tiny packed", lambda: _train(work, str(device), args.quick, pack=True)))
     steps.append(("train tiny compiled, shape buckets",

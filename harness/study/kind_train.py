@@ -16,7 +16,7 @@ from model import ConfigError, get_preset, to_dict, with_settings
 
 from harness import overrides
 from harness.data.corpus import DataConfig, prepare_data
-from harness.errors import UserError, suggest
+from harness.errors import UserError
 from harness.study.estimate import ASSUMED_SENTENCE_LEN, Timing, duration, estimated_flops, packed_wall, \
     parameter_count, trial_seconds
 from harness.study.spec import BASE_KEYS, PROFILE_KEYS, Checker, Selection, Study, StudyFile, checked_rows, \
@@ -86,9 +86,10 @@ def _read_layers(chk: Checker, raw: dict, prof: dict, where: str, all_rows: dict
 
 
 def _known_preset(chk: Checker, name, where: str) -> str:
-    from model import PRESETS
-    if name not in PRESETS:
-        chk.fail(where, f"unknown preset {name!r}{suggest(str(name), PRESETS)}; choose one of {', '.join(PRESETS)}.")
+    try:
+        get_preset(str(name))
+    except ConfigError as err:
+        chk.fail(where, str(err))
     return name
 
 

@@ -82,11 +82,11 @@ def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> f
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-# Training settings that go with each model preset. tiny: shrunk so that a run fits a CPU in minutes.
+# Training settings that go with each model preset. cpu_d128: shrunk so that a run fits a CPU in minutes.
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "paper_base": TrainConfig(),
     "paper_big": TrainConfig(steps=300_000),
     "modern_base": TrainConfig(),
-    "tiny": TrainConfig(steps=1500, warmup=300, max_tokens=4096, batch_tokens=4096, checkpoint_every=500,
+    "cpu_d128": TrainConfig(steps=1500, warmup=300, max_tokens=4096, batch_tokens=4096, checkpoint_every=500,
                         checkpoint_minutes=0.0, log_every=50, bleu_sentences=500),
 }
