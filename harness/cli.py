@@ -32,25 +32,18 @@ def _cmd_data_synth(args) -> int:
 
 
 def _cmd_data_prepare(args) -> int:
-    from harness.data.wmt import PAIRS, prepare_wmt14
+    from harness.data.sources import SOURCES, preparable
     from harness.errors import suggest
-    known = [*PAIRS, "multi30k", "ptb"]
+    known = preparable()
     if args.corpus not in known:
         raise UserError(f"unknown corpus {args.corpus!r}{suggest(args.corpus, known)}; `data prepare` knows: "
                         f"{', '.join(known)}.")
-    if args.pair is not None and args.corpus != "multi30k":
-        raise UserError(f"--pair chooses Multi30K's language pair; {args.corpus} has none, leave --pair out.")
-    if args.corpus == "multi30k":
-        from harness.data.multi30k import prepare_multi30k
-        manifest = prepare_multi30k(args.from_dir, args.out, args.pair or "en-de")
-        summary = ", ".join(f"{s} {v['lines']:,}" for s, v in manifest["splits"].items())
-    elif args.corpus == "ptb":
-        from harness.data.ptb import prepare_ptb
-        manifest = prepare_ptb(args.from_dir, args.out)
-        summary = ", ".join(f"{s} {v['sentences']:,} sentences" for s, v in manifest["splits"].items())
-    else:
-        manifest = prepare_wmt14(PAIRS[args.corpus], args.from_dir, args.out)
-        summary = ""
+    source = SOURCES[args.corpus]
+    if args.pair is not None and not source.pairs:
+        raise UserError(f"--pair chooses a language pair of a corpus that has several (multi30k); {args.corpus} "
+                        "has one, leave --pair out.")
+    manifest = source.prepare(args.from_dir, args.out, args.pair)
+    summary = source.describe(manifest)
     print(json.dumps(manifest) if args.json else f"prepared {args.corpus} in {args.out}" +
           (f": {summary}" if summary else ""))
     for warning in manifest.get("warnings", []) if not args.json else []:

@@ -13,7 +13,7 @@ from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.parse import SUBTREE_MARK, parse_symbols, prepare_parse_corpus
 from harness.data.readers import read_parallel
-from harness.data.synth import synth_corpus_dir
+from harness.data.sources import SOURCES
 
 # File name pairs a data directory may use, in order of preference: the made-up corpus, then what
 # `data prepare wmt14-en-de` and `wmt14-en-fr` write.
@@ -73,14 +73,18 @@ class Dataset:
 def corpus_dir(cfg: DataConfig) -> Path:
     """Where the text files are: generated on demand for synth, the user's directory otherwise; for the
     parsing task, the sentence/linearized-tree pairs derived from either (harness/data/parse.py)."""
+    source = SOURCES.get(cfg.name)
+    generated = source.generate(cfg) if source is not None and source.generate is not None else None
     if cfg.task == "parse":
-        return prepare_parse_corpus(cfg)
-    if cfg.name == "synth":
-        return synth_corpus_dir(cfg)
+        return prepare_parse_corpus(cfg, generated)
+    if generated is not None:
+        return generated
     root = Path(cfg.name)
     if not root.is_dir():
-        raise UserError(f"data {cfg.name!r} is neither 'synth' nor an existing directory; give 'synth' or a "
-                        "directory holding train/dev/test files (e.g. from `python -m harness data prepare`).")
+        generated = [name for name, s in SOURCES.items() if s.generate is not None]
+        raise UserError(f"data {cfg.name!r} is neither {' nor '.join(map(repr, generated))} nor an existing "
+                        "directory; give one of those or a directory holding train/dev/test files (e.g. from "
+                        "`python -m harness data prepare`).")
     return root
 
 

@@ -20,7 +20,6 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.data.synth import synth_corpus_dir
 from harness.data.trees import Tree, is_word_token, linearize, parse_tree, read_tree_texts, unwrap_root
 from harness.errors import UserError
 from harness.io import atomic_dir
@@ -52,12 +51,12 @@ def _wsj_files(root: Path, sections: list[str]) -> list[Path]:
     return sorted(p for s in sections for p in (root / s).glob("*.mrg"))
 
 
-def _tree_sources(name: str, data_cfg) -> tuple[dict[str, list[str]], str]:
-    """{split: gold tree texts} and an identity for the cache key."""
-    if name == "synth":
-        root = synth_corpus_dir(data_cfg)
-        return {s: [t for _, t in read_tree_texts(root / f"{s}.tree") if t.strip()]
-                for s in ("train", "dev", "test")}, root.name
+def _tree_sources(name: str, generated: Path | None) -> tuple[dict[str, list[str]], str]:
+    """{split: gold tree texts} and an identity for the cache key. generated: the directory of a generated
+    corpus (its <split>.tree files) where `name` is a generated source (harness/data/sources.py)."""
+    if generated is not None:
+        return {s: [t for _, t in read_tree_texts(generated / f"{s}.tree") if t.strip()]
+                for s in ("train", "dev", "test")}, generated.name
     root = Path(name)
     if not root.is_dir():
         raise UserError(f"parse data {name!r} is neither 'synth' nor a directory; give 'synth', a Penn Treebank "
@@ -131,10 +130,11 @@ def parse_pairs(trees: Iterable[tuple[str, str]], tagged: bool = False,
     return src, tgt, gold
 
 
-def prepare_parse_corpus(data_cfg) -> Path:
+def prepare_parse_corpus(data_cfg, generated: Path | None = None) -> Path:
     """Write (once, atomically) the parsing corpus as parallel text: <split>.src (words), <split>.tgt
-    (linearized cleaned tree) and <split>.tree (the gold tree as read), in the cache directory."""
-    texts, ident = _tree_sources(data_cfg.name, data_cfg)
+    (linearized cleaned tree) and <split>.tree (the gold tree as read), in the cache directory. generated:
+    the generated corpus's directory where data_cfg.name names a generated source (e.g. synth)."""
+    texts, ident = _tree_sources(data_cfg.name, generated)
     tags = "-tags" if data_cfg.parse_tags else ""
     sub = f"-sub{data_cfg.parse_subtrees}" if data_cfg.parse_subtrees > 0 else ""
     out = Path(data_cfg.cache_dir).resolve() / f"parse-v{PARSE_VERSION}{tags}{sub}-{ident}"

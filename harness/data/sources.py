@@ -1,0 +1,52 @@
+"""Data sources, one registry: a source is one module of harness/data/ and one line of SOURCES below.
+
+A source either prepares downloaded files into a data directory (`python -m harness data prepare NAME
+--from DIR --out DIR`: train/dev/test files, one sentence a line, and manifest.json), or generates its
+corpus from the data settings (`data.name: NAME`, e.g. the made-up corpus). A prepared directory is then
+read like any other (`data.name: DIR`, harness/data/corpus.py): the readers do not know where it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.data import multi30k, ptb, synth, wmt
+
+
+@dataclass(frozen=True)
+class Source:
+    summary: str
+    # downloaded files -> a prepared directory: (from_dir, out_dir, pair) -> manifest; pair where the source has
+    # several language pairs (`--pair`), else None
+    prepare: Callable[[Path, Path, str | None], dict] | None = None
+    pairs: tuple[str, ...] = ()
+    # the settings -> a generated corpus's directory (cached): (DataConfig) -> Path
+    generate: Callable[..., Path] | None = None
+    # the one-line summary `data prepare` prints of a manifest
+    describe: Callable[[dict], str] = lambda manifest: ""
+
+
+def _splits(unit: str, key: str) -> Callable[[dict], str]:
+    return lambda manifest: ", ".join(f"{s} {v[key]:,}{unit}" for s, v in manifest["splits"].items())
+
+
+SOURCES = {
+    "synth": Source("the made-up corpus, generated with gold trees (harness/data/synth.py)",
+                    generate=synth.synth_corpus_dir),
+    "wmt14-en-de": Source("WMT14 English-German (§5.1)",
+                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_DE, src, out)),
+    "wmt14-en-fr": Source("WMT14 English-French (§5.1)",
+                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_FR, src, out)),
+    "multi30k": Source("Multi30K task 1, en-de or en-fr (real text at laptop scale)",
+                       prepare=lambda src, out, pair: multi30k.prepare_multi30k(src, out, pair or "en-de"),
+                       pairs=multi30k.PAIRS, describe=_splits("", "lines")),
+    "ptb": Source("Penn Treebank WSJ trees, the full sections or NLTK's sample (Table 4)",
+                  prepare=lambda src, out, pair: ptb.prepare_ptb(src, out), describe=_splits(" sentences", "sentences")),
+}
+
+
+def preparable() -> list[str]:
+    """The sources `data prepare` takes."""
+    return [name for name, s in SOURCES.items() if s.prepare is not None]
