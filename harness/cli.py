@@ -320,7 +320,7 @@ def _add_bench(sub) -> None:
     """`bench`: training steps and decoding timed."""
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="cpu_d128", help="a preset, or several separated by commas "
-                    "(GPU check: tiny,paper_base,paper_big --compile)")
+                    "(GPU check: cpu_d128,paper_base,paper_big --compile)")
     be.add_argument("--device", default="auto")
     be.add_argument("--dtype", default="auto", help="fp32 | bf16 | auto (bf16 on CUDA, fp32 on CPU)")
     be.add_argument("--tokens", type=int, default=0, help="target tokens per batch (0: 25000 on GPU, 4096 on CPU)")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import TransformerConfig, check_choice
-from .kernels import Kernel, Packed, attend
+from .config import TransformerConfig
+from .kernels import Kernels, Packed, attend
 from .layers import Rotary
 
 __all__ = ["reference_attention", "KVCache", "MultiHeadAttention", "Packed"]
@@ -73,12 +73,13 @@ class KVCache:
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V.
 
-    kernel: which kernel computes Eq. 1 ("auto": by device and key count; "sdpa" or "explicit" forced)."""
+    kernels: which kernels compute Eq. 1 (model/kernels.py), chosen by the model that holds this layer and
+    shared by all its layers; by default the "auto" choice for torch's default device."""
 
-    def __init__(self, cfg: TransformerConfig, cross: bool = False, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, cross: bool = False, kernels: Kernels | None = None):
         super().__init__()
         self.cross = cross
-        self.kernel = check_choice("attention kernel", kernel, Kernel)
+        self.kernels = kernels if kernels is not None else Kernels.choose("auto")
         self.n_heads, self.n_kv_heads, self.d_k, self.d_v = cfg.n_heads, cfg.n_kv_heads, cfg.d_k, cfg.d_v
         self.p_attn_drop = cfg.p_attn_drop
         q_dim, k_dim, v_dim = cfg.n_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_k, cfg.n_kv_heads * cfg.d_v
@@ -94,20 +95,22 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 causal: bool = False, cache: KVCache | None = None, offset: int | torch.Tensor = 0,
-                packed: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+                packed: tuple[Packed, Packed] | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); memory: the encoder output, for cross-attention. mask: boolean (B, 1, 1, S), True
         where a key may be attended, or None. causal: decoder self-attention. cache: incremental decoding, x
-        holding positions offset .. offset + T - 1 (see `Transformer.decode_step`). packed: (queries, keys)
-        layouts of a packed batch."""
+        holding positions offset .. offset + T - 1, written at cache slot `offset` (a 0-d device tensor for a
+        `StaticKVCache`; see `Transformer.decode_step`). packed: (queries, keys) layouts of a packed batch.
+        positions: the queries' positions (T,) where they are not offset .. offset + T - 1 (a captured step's)."""
         q, k, v = self._project(x, memory, cache)                    # Q W^Q, K W^K, V W^V: (B, h, T, d)
         if self.rotary is not None:
-            positions = packed[0].pos if packed is not None else None
+            if positions is None and packed is not None:
+                positions = packed[0].pos
             q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
         if cache is not None and not self.cross:                     # earlier positions' keys from the cache
             k, v, mask = cache.write(k, v, offset, mask)
             causal = causal and x.size(1) > 1                        # one query a step: no future key exists
         p_drop, gqa = self.p_attn_drop if self.training else 0.0, self.n_kv_heads != self.n_heads
-        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernel, gqa)   # head_1 .. head_h: (B, h, T, d_v)
+        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernels, gqa)  # head_1 .. head_h: (B, h, T, d_v)
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_v))   # Concat(..) W^O
 

@@ -48,7 +48,8 @@ class StepGraph:
             self._capture()
 
     def _run(self) -> torch.Tensor:
-        return self.model.decode_step(self.tokens, self.memory, self.mask, self.cache, self.offset)
+        return self.model.decode_step(self.tokens, self.memory, self.mask, self.cache, self.offset,
+                                      positions=self.offset.view(1))
 
     def _capture(self) -> None:
         # Autocast must not cache its casts across a capture (they would be freed under the graph): each

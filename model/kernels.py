@@ -1,15 +1,18 @@
-"""The kernels that compute Eq. 1, softmax(Q K^T / sqrt(d_k)) V, behind one call: `attend`.
+"""The kernels that compute Eq. 1, softmax(Q K^T / sqrt(d_k)) V, for `MultiHeadAttention`.
 
 `model.attention.reference_attention` is the equation written out; each kernel here gives the same result faster
 on some device (tests hold every one to the reference):
 
 - `sdpa`: torch's fused scaled_dot_product_attention, which builds no (T x S) score tensor;
 - `explicit`: two matmuls and a written-out softmax, faster on a CPU for short key rows;
+- `short_rows`: on a CPU, `explicit` up to CPU_EXPLICIT_MAX_KEYS keys (more than one query), `sdpa` beyond;
 - a packed batch (sentences end to end, no padding): the variable-length flash kernel where it runs (CUDA,
   half precision, no attention dropout), else the same sentences put back into a padded layout.
 
-The kernel is chosen once, by the `kernel` argument of `MultiHeadAttention`: "auto" lets the device and the
-number of keys decide at each call, "sdpa" and "explicit" force one (the parity tests and the FLOP counter).
+A model decides once which of them it uses: `Kernels.choose` reads the `kernel` it was built with ("auto":
+by its device; "sdpa" or "explicit" forced, as the parity tests and the FLOP counter do) and the device its
+weights live on, when the model is built and again when it is moved (`Transformer._apply`). Nothing here
+looks at the device per call, and no state is global: a varlen kernel that fails is given up by that model.
 """
 
 from __future__ import annotations
@@ -24,10 +27,40 @@ import torch.nn.functional as F
 
 from .layers import dropout
 
-Kernel = Literal["auto", "sdpa", "explicit"]
+Kernel = Literal["auto", "sdpa", "explicit", "short_rows"]
 
 # On a CPU, attention over at most this many keys takes the explicit path (see `explicit`).
 CPU_EXPLICIT_MAX_KEYS = 64
+
+
+@dataclass
+class Kernels:
+    """The attention kernels of one model, shared by its attention layers: `dense` for padded batches (a name
+    of DENSE) and whether packed batches go through the variable-length kernel (`varlen`; `varlen_failure`:
+    why it was given up, if it was)."""
+    requested: Kernel = "auto"
+    dense: str = "sdpa"
+    varlen: bool = False
+    varlen_failure: str | None = None
+
+    @classmethod
+    def choose(cls, kernel: Kernel, device: torch.device | str | None = None) -> "Kernels":
+        """The kernels for a model built with `kernel` whose weights live on `device` (None: torch's default)."""
+        out = cls(requested=kernel)
+        out.place(device)
+        return out
+
+    def place(self, device: torch.device | str | None) -> None:
+        """Choose again for `device`, in place (every layer holding this object follows)."""
+        device = torch.device(device) if device is not None else torch.get_default_device()
+        if self.requested not in DENSE and self.requested != "auto":
+            raise ValueError(f"attention kernel {self.requested!r} is not one of auto, {', '.join(DENSE)}.")
+        if self.requested == "auto":
+            self.dense = "short_rows" if device.type == "cpu" else "sdpa"
+        else:
+            self.dense = self.requested
+        self.varlen = (varlen_attn is not None and device.type == "cuda" and self.requested != "explicit"
+                       and self.varlen_failure is None)
 
 
 @dataclass
@@ -58,24 +91,22 @@ class Packed:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
            causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
-           kernel: Kernel = "auto", gqa: bool | None = None) -> torch.Tensor:
+           kernel: "Kernels | str" = "sdpa", gqa: bool | None = None) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V for q (B, h, T, d_k), k (B, h_kv, S, d_k), v (B, h_kv, S, d_v) -> (B, h, T, d_v).
 
     mask: boolean, broadcast to (B, h, T, S), True where a key may be attended, or None. causal: query i sees
     keys up to i. h_kv < h is grouped-query attention: each key/value head serves h / h_kv query heads (gqa:
     whether h_kv < h, None to read it from the shapes, which a traced graph cannot branch on).
-    packed: the (queries, keys) layouts of a packed batch (B = 1, sentences end to end); mask is then unused."""
+    packed: the (queries, keys) layouts of a packed batch (B = 1, sentences end to end); mask is then unused.
+    kernel: a model's `Kernels`, or the name of one dense kernel (DENSE)."""
     gqa = k.size(1) != q.size(1) if gqa is None else gqa
     if packed is not None:
         return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel)
-    if kernel == "auto":
-        short = q.size(-2) > 1 and k.size(-2) <= CPU_EXPLICIT_MAX_KEYS   # one query (a decoding step): SDPA's
-        kernel = "explicit" if q.device.type == "cpu" and short else "sdpa"  # single call costs least
-    if kernel == "sdpa":
-        return sdpa(q, k, v, mask, causal, dropout_p, gqa)
-    if kernel == "explicit":
-        return explicit(q, k, v, mask, causal, dropout_p, gqa)
-    raise ValueError(f"attention kernel {kernel!r} is not one of auto, sdpa, explicit.")
+    name = kernel.dense if isinstance(kernel, Kernels) else kernel
+    if name not in DENSE:
+        raise ValueError(f"attention kernel {name!r} is not one of {', '.join(DENSE)} (\"auto\" is chosen when "
+                         "a model is built: Kernels.choose).")
+    return DENSE[name](q, k, v, mask, causal, dropout_p, gqa)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
@@ -129,13 +160,23 @@ class ShortSoftmax(torch.autograd.Function):
         return (y * (g - (g * y).sum(-1, keepdim=True))).to(grad.dtype)
 
 
+def short_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+               dropout_p: float, gqa: bool) -> torch.Tensor:
+    """A CPU's choice by shape: `explicit` for up to CPU_EXPLICIT_MAX_KEYS keys, `sdpa` for longer rows and for
+    one query (a decoding step, where SDPA's single call costs least)."""
+    if q.size(-2) > 1 and k.size(-2) <= CPU_EXPLICIT_MAX_KEYS:
+        return explicit(q, k, v, mask, causal, dropout_p, gqa)
+    return sdpa(q, k, v, mask, causal, dropout_p, gqa)
+
+
+DENSE = {"sdpa": sdpa, "explicit": explicit, "short_rows": short_rows}
+
+
 try:                                         # flash-attention's variable-length kernel (CUDA, torch >= 2.10)
     from torch.nn.attention.varlen import varlen_attn
     _VARLEN_ARGS = set(inspect.signature(varlen_attn).parameters)
 except ImportError:
     varlen_attn, _VARLEN_ARGS = None, set()
-# Why the varlen kernel failed in this process, if it did: a capability found out once, not a choice.
-_varlen_failed: str | None = None
 
 
 def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
@@ -156,23 +197,22 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: P
 
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
-                  dropout_p: float, gqa: bool, kernel: Kernel = "auto") -> torch.Tensor:
+                  dropout_p: float, gqa: bool, kernel: "Kernels | str" = "sdpa") -> torch.Tensor:
     """Attention within each sentence of a packed batch: q (1, h, Nq, d_k), k and v (1, h_kv, Nk, d),
     query sentence i attending to key sentence i only (causally for decoder self-attention).
 
-    On CUDA with bf16/fp16 inputs and no attention dropout: the variable-length flash kernel, which does
-    the arithmetic of each sentence and nothing more (not with kernel="explicit"). Elsewhere the same result
-    the long way: each sentence put back into a padded (sentences x longest) layout, attended with `kernel`,
-    and gathered out."""
-    global _varlen_failed
-    if (varlen_attn is not None and _varlen_failed is None and q.is_cuda and dropout_p == 0
-            and q.dtype in (torch.bfloat16, torch.float16) and kernel != "explicit"):
+    With a model's Kernels that chose `varlen` (CUDA), bf16/fp16 inputs and no attention dropout: the
+    variable-length flash kernel, which does the arithmetic of each sentence and nothing more. Elsewhere the
+    same result the long way: each sentence put back into a padded (sentences x longest) layout, attended with
+    the dense kernel, and gathered out. kernel: a model's `Kernels`, or a dense kernel's name (no varlen)."""
+    kernels = kernel if isinstance(kernel, Kernels) else Kernels(requested="sdpa", dense=kernel)
+    if kernels.varlen and dropout_p == 0 and q.dtype in (torch.bfloat16, torch.float16):
         try:
             out = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq, pk, causal, gqa)
             return out.transpose(0, 1)[None]                               # (Nq, h, d_v) -> (1, h, Nq, d_v)
         except (TypeError, RuntimeError, NotImplementedError) as err:    # an older or partial torch
-            _varlen_failed = f"{type(err).__name__}: {err}"
-            warnings.warn(f"variable-length attention unavailable ({_varlen_failed}); packed batches are "
+            kernels.varlen, kernels.varlen_failure = False, f"{type(err).__name__}: {err}"
+            warnings.warn(f"variable-length attention unavailable ({kernels.varlen_failure}); packed batches are "
                           "attended through a padded layout instead", stacklevel=2)
 
     def padded(x: torch.Tensor, p: Packed) -> torch.Tensor:           # (1, h, N, d) -> (n, h, L, d)
@@ -181,5 +221,5 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
         return out
     # Causal self-attention needs no key mask (right padding lies in every real query's future).
     mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
-    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernel, gqa=gqa)
+    out = DENSE[kernels.dense](padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, gqa)
     return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)

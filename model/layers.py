@@ -81,13 +81,11 @@ class PositionalEncoding(nn.Module):
             self.table = nn.Parameter(torch.empty(cfg.max_len, cfg.d_model))
             nn.init.normal_(self.table, std=cfg.d_model ** -0.5)
 
-    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
-        """x holds positions offset .. offset + T - 1; offset may be a 0-d device tensor (one token, a captured
-        decoding step). positions: the position of each token of a packed row (N,) instead."""
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x holds positions offset .. offset + T - 1, or `positions` (each token's, broadcast to x's
+        leading dimensions: a packed row's, word positions, a captured step's device-side position)."""
         if self.kind == "rope":
             return x
-        positions = _step_position(offset) if positions is None else positions
         if positions is not None:
             return x + self.table[positions].to(x.dtype)
         end = offset + x.size(1)
@@ -107,10 +105,8 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
         self.max_len = cfg.max_len
 
-    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, h, T, d_k) at positions offset .. offset + T - 1 (as in PositionalEncoding), or `positions` (T,)
-        positions = _step_position(offset) if positions is None else positions
         if positions is None:
             end = offset + x.size(-2)
             if end > self.max_len:
@@ -121,8 +117,3 @@ class Rotary(nn.Module):
         out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)         # (B, h, T, d_k/2, 2)
         return out.flatten(-2)
 
-
-def _step_position(offset: int | torch.Tensor) -> torch.Tensor | None:
-    """The position of a one-token step whose offset is a 0-d device tensor (its value is never read on the host,
-    so a captured CUDA graph replays at any position); None for an int offset."""
-    return offset.view(1) if torch.is_tensor(offset) else None

@@ -3,8 +3,9 @@
 Post-norm by default, as the paper: each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
 norm_position=pre gives x + Dropout(Sublayer(Norm(x))) with one final norm per stack.
 
-`Transformer(cfg, kernel=..., loss_impl=...)` chooses, once, the attention kernel (model/kernels.py) and the
-loss implementation (model/loss.py); both compute the same arithmetic, and "auto" picks by device.
+`Transformer(cfg, kernel=..., loss_impl=...)` chooses the attention kernels (model/kernels.py: "auto" by the
+device its weights live on, when it is built and when it is moved) and the loss implementation
+(model/loss.py); every choice computes the same arithmetic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, Packed
 from .config import TransformerConfig, check_choice
-from .kernels import Kernel
+from .kernels import Kernel, Kernels
 from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
 from .loss import LossImpl, vocab_loss
 
@@ -38,9 +39,9 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """§3.1: self-attention, then the feed-forward network, each inside a `Residual`."""
 
-    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, kernels: Kernels):
         super().__init__()
-        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernel=kernel))
+        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernels=kernels))
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
@@ -50,21 +51,21 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """§3.1: causal self-attention, attention over the encoder's output, then the feed-forward network."""
 
-    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, kernels: Kernels):
         super().__init__()
-        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernel=kernel))
-        self.cross_attn = Residual(cfg, MultiHeadAttention(cfg, cross=True, kernel=kernel))
+        self.self_attn = Residual(cfg, MultiHeadAttention(cfg, kernels=kernels))
+        self.cross_attn = Residual(cfg, MultiHeadAttention(cfg, cross=True, kernels=kernels))
         self.ffn = Residual(cfg, FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                 cache: tuple[KVCache, KVCache] | None = None, offset: int | torch.Tensor = 0,
-                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
-        """packing: (source, target) of a packed batch."""
+                packing: tuple[Packed, Packed] | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """packing: (source, target) of a packed batch. positions: see `Transformer.decode_step`."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
         src, tgt = packing if packing is not None else (None, None)
         # Right-padded targets need no padding mask here: causality already hides every later (pad) position.
         x = self.self_attn(x, causal=True, cache=self_cache, offset=offset,
-                           packed=(tgt, tgt) if packing is not None else None)
+                           packed=(tgt, tgt) if packing is not None else None, positions=positions)
         x = self.cross_attn(x, memory=memory, mask=mask, cache=cross_cache,
                             packed=(tgt, src) if packing is not None else None)
         return self.ffn(x)
@@ -74,9 +75,9 @@ class Encoder(nn.Module):
     """N encoder layers (cfg.n_enc_layers); pre-norm stacks end with a norm, post-norm ones are already
     normalized."""
 
-    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, kernels: Kernels):
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(cfg, kernel) for _ in range(cfg.n_enc_layers))
+        self.layers = nn.ModuleList(EncoderLayer(cfg, kernels) for _ in range(cfg.n_enc_layers))
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packed: Packed | None = None) -> torch.Tensor:
@@ -89,18 +90,18 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """N decoder layers (cfg.n_dec_layers), with the final norm of a pre-norm stack."""
 
-    def __init__(self, cfg: TransformerConfig, kernel: Kernel = "auto"):
+    def __init__(self, cfg: TransformerConfig, kernels: Kernels):
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(cfg, kernel) for _ in range(cfg.n_dec_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, kernels) for _ in range(cfg.n_dec_layers))
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
 
     def forward(self, y: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                 cache: list[tuple[KVCache, KVCache]] | None = None, offset: int | torch.Tensor = 0,
-                packing: tuple[Packed, Packed] | None = None) -> torch.Tensor:
+                packing: tuple[Packed, Packed] | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """y: the embedded target prefix (B, T, d_model) -> (B, T, d_model). cache: one (self, cross) pair a
-        layer, for incremental decoding at position `offset`."""
+        layer, for incremental decoding at position `offset` (positions: see `Transformer.decode_step`)."""
         for i, layer in enumerate(self.layers):
-            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing)
+            y = layer(y, memory, mask, cache[i] if cache is not None else None, offset, packing, positions)
         return self.final_norm(y)
 
 
@@ -114,6 +115,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.loss_impl = check_choice("loss_impl", loss_impl, LossImpl)
+        # The attention kernels of every layer, one object they share: chosen here for torch's default device
+        # and again whenever the weights move (`_apply`), never per call.
+        self.kernels = Kernels.choose(check_choice("attention kernel", kernel, Kernel))
         # §3.4: one weight matrix for both embeddings and the pre-softmax projection when shared.
         self.src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else \
@@ -121,8 +125,8 @@ class Transformer(nn.Module):
         self.out_proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.positions = PositionalEncoding(cfg)
         self.embed_drop = Dropout(cfg.p_drop)
-        self.encoder = Encoder(cfg, kernel)
-        self.decoder = Decoder(cfg, kernel)
+        self.encoder = Encoder(cfg, self.kernels)
+        self.decoder = Decoder(cfg, self.kernels)
         # cfg.word_positions: the source pieces that begin a word (EOS too: one past the last word) and the
         # target token that stands for a word; set by `mark_words`.
         self.register_buffer("word_start", torch.zeros(cfg.vocab_size, dtype=torch.bool), persistent=False)
@@ -151,10 +155,10 @@ class Transformer(nn.Module):
 
     # --- pieces, exposed for decoding, parity tests and probes ---
 
-    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int | torch.Tensor = 0,
+    def embed(self, tokens: torch.Tensor, table: nn.Embedding, offset: int = 0,
               packed: Packed | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """offset: the first position, or a 0-d tensor on the device for one token (a captured step).
-        positions: each token's position (B, T) instead (cfg.word_positions)."""
+        """offset: the first position. positions: each token's position instead, (B, T) or broadcast to it
+        (cfg.word_positions; a captured step's device-side position)."""
         x = table(tokens) * self.cfg.d_model ** 0.5                         # (B, T, d_model)
         if positions is None and packed is not None:
             positions = packed.pos
@@ -264,15 +268,23 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                     cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor,
                     positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`; as a
-        0-d device tensor, the step's shapes do not depend on it (see `model.cuda_graph.StepGraph`).
-        positions: (B,) the tokens' positions where cfg.word_positions (`step_positions`); the cache slot
-        is still `offset`."""
+        """Logits (B, vocab) for the next token, given the previous tokens (B,) at position `offset`, which is
+        also their cache slot. positions: the tokens' positions where they are not `offset`: (B,) word
+        positions (cfg.word_positions, `step_positions`), or (1,) a position held on the device, which a
+        captured CUDA graph replays at every step (`model.cuda_graph.StepGraph`, whose cache takes `offset` as
+        a 0-d device tensor too)."""
         if self.cfg.word_positions and positions is None:
             raise ValueError("word_positions: decode_step needs each row's position (step_positions(tokens)).")
         y = self.embed(tokens[:, None], self.tgt_embed, offset,
                        positions=positions[:, None] if positions is not None else None)
-        return self.out_proj(self.decoder(y, memory, mask, cache, offset)[:, -1])
+        return self.out_proj(self.decoder(y, memory, mask, cache, offset, positions=positions)[:, -1])
+
+    def _apply(self, fn, recurse: bool = True):
+        """nn.Module's move (`to`, `cuda`, `half`, ...), then the attention kernels chosen again for the device
+        the weights now live on."""
+        out = super()._apply(fn, recurse)
+        self.kernels.place(self.out_proj.weight.device)
+        return out
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import Transformer, reference_attention
-from model.kernels import CPU_EXPLICIT_MAX_KEYS, ShortSoftmax, attend
+from model.kernels import CPU_EXPLICIT_MAX_KEYS, Kernels, ShortSoftmax, attend
 from small_models import small
 
 
@@ -39,20 +39,33 @@ def test_short_softmax_equals_torch_softmax_forward_and_backward_with_masked_key
     assert out.dtype == torch.bfloat16 and torch.allclose(out.float(), half.float().softmax(-1), atol=4e-3)
 
 
-def test_auto_path_is_explicit_only_for_short_cpu_sequences(monkeypatch):
+def test_a_model_chooses_its_kernels_once_from_its_device_and_short_rows_dispatch_by_shape(monkeypatch):
     calls = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
     q = torch.randn(1, 2, 3, 4)
-    attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), None, False, 0.0)
+    attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS, 4), None, False,
+           0.0, kernel="short_rows")
     assert calls == []
     attend(q, torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), torch.randn(1, 2, CPU_EXPLICIT_MAX_KEYS + 1, 4), None,
-           False, 0.0)
+           False, 0.0, kernel="short_rows")
     assert calls == [1]
+    # "auto" is decided by the device, when the model is built and when it moves; the layers share the choice
+    model = Transformer(small())
+    assert model.kernels.dense == "short_rows" and not model.kernels.varlen
+    assert all(m.kernels is model.kernels for m in model.modules() if hasattr(m, "kernels"))
+    assert (Kernels.choose("auto", "cuda").dense, Kernels.choose("auto", "meta").dense) == ("sdpa", "sdpa")
+    assert Kernels.choose("explicit", "cuda").dense == "explicit" and not Kernels.choose("explicit", "cuda").varlen
+    with torch.device("meta"):
+        assert Transformer(small()).kernels.dense == "sdpa"
+    model.to("meta")
+    assert model.kernels.dense == "sdpa"
     with pytest.raises(ValueError, match="attention kernel"):
         Transformer(small(), kernel="flash")
     with pytest.raises(ValueError, match="attention kernel"):
         attend(q, q, q, kernel="flash")
+    with pytest.raises(ValueError, match="chosen when a model is built"):
+        attend(q, q, q, kernel="auto")
 
 
 @pytest.mark.gpu
@@ -64,7 +77,7 @@ def test_varlen_kernel_agrees_with_the_padded_layout_on_cuda():
     p = Packed.of(lens)
     q, k, v = (torch.randn(1, 4, int(lens.sum()), 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for causal in (False, True):
-        fast = attend_packed(q, k, v, p, p, causal, 0.0, False)
+        fast = attend_packed(q, k, v, p, p, causal, 0.0, False, Kernels.choose("auto", "cuda"))
         slow = attend_packed(q, k, v, p, p, causal, 0.0, False, kernel="explicit")   # the padded layout
         assert torch.allclose(fast.float(), slow.float(), atol=2e-2)
 

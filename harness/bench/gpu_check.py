@@ -12,7 +12,7 @@ writes DIR/gpu_check.json (every figure) and DIR/gpu_check.md (the summary it al
 2. bench: training steps of the core and of torch.nn.Transformer, eager and compiled, on the issue's batch
    (1000 sentences x 25 tokens) with decoding with and without the KV cache, for paper_base and paper_big;
    then eager, on padded sentences of 15..35 tokens, the core padded, the core packed (varlen) and the
-   peer; then tiny. Compilation dominates the time, so the compiled runs come first and the rest follow
+   peer; then cpu_d128. Compilation dominates the time, so the compiled runs come first and the rest follow
    as the budget allows.
 3. training: the cpu_d128 preset on the made-up corpus, packed, then compiled with shape buckets (graphs per
    shape, step time).
@@ -67,9 +67,8 @@ def _parity(device: torch.device) -> dict:
         padded_h = model.hidden(dev_batch[0], dev_batch[1])[dev_batch[2] != 0]
         packed_h = model.hidden(src, tgt_in, tuple(p.to(device) for p in packing))[0]
     out["packed_vs_padded_max_abs_diff"] = (packed_h.float() - padded_h.float()).abs().max().item()
-    from model import kernels
-    out["varlen_kernel"] = kernels.varlen_attn is not None and kernels._varlen_failed is None and device.type == "cuda"
-    out["varlen_failure"] = kernels._varlen_failed
+    out["varlen_kernel"] = model.kernels.varlen                     # chosen for the device, not given up
+    out["varlen_failure"] = model.kernels.varlen_failure
     out.update(_decoding_parity(device))
     out["ok"] = (out["loss_rel_diff"] < 1e-4 and out["grad_max_abs_diff"] < 1e-3
                  and out["packed_vs_padded_max_abs_diff"] < 0.1 and out["graph_logits_max_abs_diff"] < 1e-3
@@ -151,13 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json and .md")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--budget-s", type=float, default=290.0, help="skip steps that would start after this")
-    parser.add_argument("--quick", action="store_true", help="small shapes, tiny only, no compile (CPU tests)")
+    parser.add_argument("--quick", action="store_true", help="small shapes, cpu_d128 only, no compile (CPU tests)")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     presets = ["cpu_d128"] if args.quick else ["paper_base", "paper_big"]
     steps = [("parity", lambda: _parity(device)),
-             ("profile", lambda: _profile("tiny" if args.quick else "paper_base", device, args.quick))]
+             ("profile", lambda: _profile("cpu_d128" if args.quick else "paper_base", device, args.quick))]
     for vary in (False, True):
         for preset in presets:
             label = f"bench {preset}" + (" varied lengths" if vary else "")
@@ -165,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         steps.append(("bench cpu_d128", lambda: _bench("cpu_d128", str(device), False, vary=False)))
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))        # corpus and runs: not results, not kept
-    steps.append(("train tiny packed", lambda: _train(work, str(device), args.quick, pack=True)))
-    steps.append(("train tiny compiled, shape buckets",
+    steps.append(("train cpu_d128 packed", lambda: _train(work, str(device), args.quick, pack=True)))
+    steps.append(("train cpu_d128 compiled, shape buckets",
                   lambda: _train(work, str(device), args.quick, compile=not args.quick, shape_buckets=True)))
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "steps": {}, "skipped": [], "failed": {}}

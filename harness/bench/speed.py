@@ -199,7 +199,7 @@ def bench_decoding(cfg, device, dtype, n_sentences: int, src_len: int, out_len: 
 
 
 def run_bench(args) -> int:
-    """One preset, or several (comma-separated: the GPU check runs tiny,paper_base,paper_big in one go)."""
+    """One preset, or several (comma-separated: the GPU check runs cpu_d128,paper_base,paper_big in one go)."""
     presets = [p.strip() for p in args.preset.split(",") if p.strip()]
     for name in presets:
         try:
