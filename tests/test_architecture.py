@@ -314,3 +314,55 @@ def test_the_readme_layout_names_every_module_and_nothing_else():
         modules = {p.name for p in (ROOT / pkg).glob("*.py") if p.name != "__init__.py"}
         assert modules <= named.get(pkg + "/", set()) | {"table2.py", "table3.py"}, \
             (pkg, sorted(modules - named.get(pkg + "/", set())))
+
+
+# --- "From a Table 3 row to the line that uses it": the table a newcomer follows, kept true ---
+
+def _definition(path: Path, qualname: str) -> str | None:
+    """The source of the class or function `qualname` (e.g. MultiHeadAttention.__init__) in `path`, or None."""
+    text = path.read_text(encoding="utf-8")
+    body: list = ast.parse(text).body
+    node = None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return ast.get_source_segment(text, node)
+
+
+def row_trace_problems(line: str, study_rows: dict) -> list[str]:
+    """What is wrong with one line of the table (empty: nothing): each row sets the key in the study file,
+    and each place named exists and reads one of the fields."""
+    import re
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    _, rows, key, fields, where = cells
+    key = key.strip("`")
+    fields = re.findall(r"`([a-z_]+)`", fields)
+    problems = [f"row {r} does not set {key}" for r in (x.strip() for x in rows.split(","))
+                if key not in (study_rows.get(r) or {})]
+    for place in re.findall(r"`([\w/.]+\.py)::([\w.]+)`", where):
+        source = _definition(ROOT / place[0], place[1])
+        if source is None:
+            problems.append(f"{place[0]} has no {place[1]}")
+        elif not any(re.search(rf"\b{f}\b", source) for f in fields):
+            problems.append(f"{place[0]}::{place[1]} reads none of {fields}")
+    return problems
+
+
+def test_architecture_md_follows_each_table3_column_from_its_row_to_the_line_that_reads_it():
+    import yaml
+    doc = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = doc.split("## From a Table 3 row to the line that uses it", 1)[1]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| Table 3")]
+    study_rows = yaml.safe_load((ROOT / "studies" / "table3.yaml").read_text())["rows"]
+    assert len(lines) >= 10
+    for line in lines:
+        assert row_trace_problems(line, study_rows) == [], line
+    covered = {c.strip() for ln in lines for c in ln.split("|")[2].split(",")}
+    assert covered >= {r for r in study_rows if r not in ("base", "Dbase")}, "a row of Table 3 is not traced"
+    # the check can fail: a wrong key, a wrong place, a field that place does not read
+    assert row_trace_problems("| h | A1 | `d_ff` | `d_ff` | `model/layers.py::FeedForward.__init__` |", study_rows)
+    assert row_trace_problems("| h | A1 | `n_heads` | `n_heads` | `model/layers.py::Nowhere.__init__` |", study_rows)
+    assert row_trace_problems("| h | A1 | `n_heads` | `n_heads` | `model/layers.py::FeedForward.__init__` |",
+                              study_rows)
