@@ -26,7 +26,7 @@ version: 1
 seeds: [0]
 max_failures: 1
 resources: {workers: WORKERS, cpu: CPU}
-base: {preset: tiny}
+base: {preset: cpu_d128}
 rows:
   base: {}
   A1: {n_heads: 1}

@@ -31,7 +31,7 @@ version: 1
 seeds: [0]
 max_failures: MAXF
 resources: {cpu: 2}
-base: {preset: tiny}
+base: {preset: cpu_d128}
 rows:
   base: {}
   A1: {n_heads: 1}

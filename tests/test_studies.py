@@ -387,7 +387,7 @@ version: 1
 table: table3
 seeds: [0]
 resources: {cpu: 1}
-base: {preset: tiny}
+base: {preset: cpu_d128}
 rows:
   base: {}
   A1: {n_heads: 1}
