@@ -152,8 +152,34 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.study or args.row:
+        return _bench_study_row(args)
     from harness.bench.speed import run_bench
     return run_bench(args)
+
+
+def _bench_study_row(args) -> int:
+    """`bench --study S --row R`: the row's training step as its trial would run it (harness/bench/row.py)."""
+    from harness.bench.row import bench_row, print_row
+    from harness.study.kinds import load_study
+    if not (args.study and args.row):
+        raise UserError("--study and --row go together: the study file and the row whose training step to time "
+                        "(e.g. --study studies/table3.yaml --row base).")
+    if args.steps < 1 or args.threads < 0:
+        raise UserError("--steps must be at least 1 and --threads at least 0 (0: the study's cpu per trial).")
+    study = load_study(args.study, args.profile, [args.row], [0])
+    trial = study.trials[0]
+    if trial.kind != "train":
+        raise UserError(f"{args.study} is a {trial.kind} study; bench --study times a training row.")
+    threads = args.threads or max(1, round(float(study.resources.get("cpu", 1))))
+    result = bench_row(trial.model, trial.train, trial.data, threads, steps=args.steps,
+                       compare=not args.no_compare, compile_core=args.compile)
+    result.update({"study": str(args.study), "row": args.row, "profile": study.profile})
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_row(result, f"{args.study} row {args.row} (profile {study.profile})")
+    return 0
 
 
 def _cmd_run(args) -> int:
@@ -333,6 +359,14 @@ def _add_bench(sub) -> None:
     be.add_argument("--no-decode", action="store_true", help="skip the decoding benchmarks")
     be.add_argument("--decode-sentences", type=int, default=0,
                     help="sentences decoded at once (0: 256 on GPU, a batch that occupies it; 8 on CPU)")
+    be.add_argument("--study", type=Path, default=None,
+                    help="time a study row's training step at its own shapes instead (with --row, --profile)")
+    be.add_argument("--row", default=None, help="the study row (with --study)")
+    be.add_argument("--profile", default=None, help="the study profile (with --study; default: tiny)")
+    be.add_argument("--threads", type=int, default=0, help="with --study: torch threads (0: the profile's cpu)")
+    be.add_argument("--steps", type=int, default=30, help="with --study: steps timed, after 10 of warm-up")
+    be.add_argument("--no-compare", action="store_true",
+                    help="with --study: skip the same-shape comparison with torch.nn.Transformer")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_cmd_bench)
 

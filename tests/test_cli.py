@@ -181,3 +181,32 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.returncode == 141, (done.returncode, done.stderr)
+
+
+def test_bench_times_a_study_rows_step_at_its_own_shapes_and_splits_it_by_part(capsys, tmp_path):
+    """`bench --study S --row R`: the row's model and batches as its trial resolves them; the parts of the
+    step add up to the profiled step; the same batch is timed on torch.nn.Transformer where it can build the row."""
+    from tests.test_studies import TWO_ROW_STUDY
+    study = tmp_path / "mini.yaml"
+    study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
+    code, out, _ = run(capsys, "bench", "--study", str(study), "--row", "A1", "--steps", "3", "--json")
+    assert code == 0
+    r = json.loads(out)
+    assert (r["row"], r["profile"], r["threads"], r["vocab_size"]) == ("A1", "tiny", 1, 300)
+    assert r["tgt_tokens_per_s"] > 0 and 0 < r["share_of_peak"] < 1.5 and r["flops_per_step"] > 0
+    split = r["split_ms"]
+    assert abs(sum(split.values()) - r["profiled_step_ms"]) < 1e-6 * r["profiled_step_ms"] + 1e-9
+    assert split["matmul: projections, FFN, vocabulary"] > 0 and split["optimizer"] > 0
+    assert r["same_shape"]["eager"]["speedup_core_over_peer"] > 0          # n_heads 1: a model the peer builds
+    code, _, err = run(capsys, "bench", "--study", str(study), "--steps", "3")
+    assert code == 2 and "--study and --row go together" in err
+
+
+def test_the_step_split_puts_each_operator_in_its_part():
+    from harness.bench.row import OTHER, part_of
+    assert part_of("aten::addmm") == "matmul: projections, FFN, vocabulary"
+    assert part_of("aten::bmm") == "matmul: attention (QK^T, AV)"
+    assert part_of("aten::_softmax_backward_data") == "softmax"
+    assert part_of("aten::native_layer_norm") == "norms"
+    assert part_of("aten::_fused_adam_") == "optimizer"
+    assert part_of("aten::add_") is None and OTHER
