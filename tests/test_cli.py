@@ -197,6 +197,7 @@ def test_bench_times_a_study_rows_step_at_its_own_shapes_and_splits_it_by_part(c
     split = r["split_ms"]
     assert abs(sum(split.values()) - r["profiled_step_ms"]) < 1e-6 * r["profiled_step_ms"] + 1e-9
     assert split["matmul: projections, FFN, vocabulary"] > 0 and split["optimizer"] > 0
+    assert {o["op"] for o in r["top_operators"]} & {"aten::mm", "aten::addmm"}
     assert r["same_shape"]["eager"]["speedup_core_over_peer"] > 0          # n_heads 1: a model the peer builds
     code, _, err = run(capsys, "bench", "--study", str(study), "--steps", "3")
     assert code == 2 and "--study and --row go together" in err

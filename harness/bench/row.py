@@ -85,6 +85,19 @@ def split_by_part(events, thread: int, wall_us: float) -> dict[str, float]:
     return out
 
 
+def top_operators(events, thread: int, steps: int, n: int = 12) -> list[dict]:
+    """The n operators of one thread with the most own time: name, part, ms and calls per step."""
+    own: dict[str, list] = {}
+    for e in events:
+        if e.thread == thread:
+            entry = own.setdefault(e.name, [0.0, 0])
+            entry[0] += e.self_cpu_time_total
+            entry[1] += 1
+    ranked = sorted(own.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"op": name, "part": part_of(name) or "", "ms": us / steps / 1e3, "calls": calls / steps}
+            for name, (us, calls) in ranked]
+
+
 def _step_flops(cfg, micro: list) -> float:
     """Counted training FLOPs of one update's real tokens, sentence by sentence (padding is not work)."""
     total = 0.0
@@ -168,7 +181,8 @@ def bench_row(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, threads: 
            "params": sum(p.numel() for p in t.model.parameters()), "vocab_size": t.model_cfg.vocab_size,
            "steps_timed": steps, "steps_profiled": profiled,
            "profiled_step_ms": wall_us / profiled / 1e3,
-           "split_ms": {part: us / profiled / 1e3 for part, us in sorted(split.items(), key=lambda kv: -kv[1])}}
+           "split_ms": {part: us / profiled / 1e3 for part, us in sorted(split.items(), key=lambda kv: -kv[1])},
+           "top_operators": top_operators(events, thread, profiled)}
     if compare:
         out["same_shape"] = _same_shape(t, compile_core)
     return out
@@ -226,6 +240,9 @@ def print_row(r: dict, title: str) -> None:
     for part, ms in r["split_ms"].items():
         print(f"  {part:<44}{ms:>8.2f} ms {100 * ms / total:>5.1f} %")
     print(f"  {'total':<44}{total:>8.2f} ms")
+    print("the operators with the most own time, a step:")
+    for o in r["top_operators"]:
+        print(f"  {o['op'][:52]:<54}{o['ms']:>7.2f} ms {o['calls']:>6.0f} calls  {o['part']}")
     same = r.get("same_shape")
     if not same:
         return
