@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .config import ConfigError, TransformerConfig, did_you_mean
+from .rnn import RNNConfig, RNNSeq2Seq
 from .transformer import Transformer
 
 
@@ -87,6 +88,9 @@ def register(name: str, config: type, build: Callable[..., nn.Module], summary: 
 
 register("transformer", TransformerConfig, Transformer,
          "the paper's encoder-decoder (Figure 1) with every Table 3 knob and the modern replacements")
+register("rnn", RNNConfig, RNNSeq2Seq,
+         "the recurrent rival: a GNMT-style attention LSTM (bidirectional bottom encoder layer, residuals, "
+         "additive attention from the bottom decoder layer fed to every layer above)")
 
 
 def get_family(name: str) -> Family:

@@ -1,0 +1,78 @@
+"""The recurrent rival (model/rnn.py): its cached decoding is its teacher-forced decoder a token at a time,
+padding does not reach the bidirectional encoder's real positions, and it trains through `harness train`."""
+
+import json
+
+import pytest
+import torch
+
+from harness.cli import main
+from model import beam_search, build_model, count_parameters, with_settings
+from model.rnn import RNNConfig
+
+
+def _model(**changes):
+    torch.manual_seed(0)
+    return build_model(RNNConfig(vocab_size=50, d_model=16, n_enc_layers=3, n_dec_layers=4, **changes)).eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 50, (3, 7), generator=g)
+    src[1, 5:] = 0
+    src[2, 3:] = 0
+    return src, torch.randint(4, 50, (3, 6), generator=g)
+
+
+def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time():
+    m = _model()
+    src, tgt = _batch()
+    memory, mask = m.encode(src)
+    full = m.out_proj(m.decode(tgt, memory, mask))
+    cache = m.new_cache(3, 10, memory)
+    steps = torch.stack([m.decode_step(tgt[:, t], memory, mask, cache, t) for t in range(tgt.size(1))], 1)
+    assert torch.allclose(full, steps, atol=1e-5)
+    assert beam_search(m, src, 1, 2, 3, max_extra=5) == beam_search(m, src, 1, 2, 3, max_extra=5, use_cache=False)
+
+
+def test_padding_does_not_reach_the_real_positions_of_the_bidirectional_encoder():
+    m = _model()
+    src, _ = _batch()
+    memory, mask = m.encode(src)
+    alone, none = m.encode(src[2:3, :3])
+    assert none is None and mask is not None and torch.equal(mask[:, 0, 0], src != 0)
+    assert torch.allclose(alone[0], memory[2, :3], atol=1e-6)
+
+
+def test_residuals_start_at_the_third_layer():
+    m = _model()
+    assert [m._residual(i) for i in (1, 2, 3, 4)] == [False, False, True, True]
+    assert not any(_model(residual_from=9)._residual(i) for i in range(1, 9))
+
+
+def test_the_family_is_one_setting_and_refuses_what_it_does_not_have(capsys, tmp_path):
+    from model import get_preset
+    cfg = with_settings(get_preset("cpu_d128"), family="rnn")
+    assert isinstance(cfg, RNNConfig) and cfg.d_model == 128 and cfg.vocab_size == 8000
+    code = main(["train", "--set", "model.family=rnn", "--set", "n_heads=4", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "n_heads" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_rnn_trains_and_decodes_through_harness_train(capsys, tmp_path):
+    out = tmp_path / "run"
+    code = main(["train", "--set", "model.family=rnn", "--set", "d_model=32", "--set", "train.steps=120",
+                 "--set", "warmup=40", "--set", "max_tokens=800", "--set", "batch_tokens=800", "--set", "eval_every=40",
+                 "--set", "bleu_sentences=8", "--set", "max_extra=5", "--set", "checkpoint_every=0",
+                 "--set", "data.train_pairs=2000", "--set", "data.dev_pairs=16", "--set", "data.test_pairs=8",
+                 "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
+                 "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"])
+    assert code == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    resolved = json.loads((out / "config.json").read_text())["model"]
+    assert resolved["family"] == "rnn" and resolved["n_enc_layers"] == 2
+    curve = metrics["dev_ppl_curve"]
+    assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns
+    m = build_model(RNNConfig(**resolved))
+    assert metrics["params"] == count_parameters(m) and "dev_bleu" in metrics
