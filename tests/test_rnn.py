@@ -76,3 +76,44 @@ def test_the_rnn_trains_and_decodes_through_harness_train(capsys, tmp_path):
     assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns
     m = build_model(RNNConfig(**resolved))
     assert metrics["params"] == count_parameters(m) and "dev_bleu" in metrics
+
+
+def test_the_analytic_flops_are_what_a_counter_sees_of_the_same_arithmetic_written_out():
+    """torch's FlopCounterMode cannot see inside nn.LSTM's fused CPU kernel, so the check writes each LSTM out
+    with the module's own weights (x W_ih^T + h W_hh^T per step) and counts that forward; the written-out
+    model must give the module's output, and its counted multiply-adds the analytic formula's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from harness.probes.flops import count_analytic
+    m = _model()
+    B, S, T = 2, 7, 5
+    src, tgt = torch.randint(4, 50, (B, S)), torch.randint(4, 50, (B, T))
+
+    def lstm(layer, x, reverse=False, suffix=""):
+        w_ih, w_hh = getattr(layer, "weight_ih_l0" + suffix), getattr(layer, "weight_hh_l0" + suffix)
+        bias = getattr(layer, "bias_ih_l0" + suffix) + getattr(layer, "bias_hh_l0" + suffix)
+        h = c = x.new_zeros(x.size(0), layer.hidden_size)
+        outs = []
+        for t in (reversed(range(x.size(1))) if reverse else range(x.size(1))):
+            i, f, g, o = (x[:, t] @ w_ih.t() + h @ w_hh.t() + bias).chunk(4, -1)
+            c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+            h = o.sigmoid() * c.tanh()
+            outs.append(h)
+        return torch.stack(outs[::-1] if reverse else outs, 1)
+
+    def forward():
+        x = m.src_embed(src)
+        x = torch.cat((lstm(m.enc_bi, x), lstm(m.enc_bi, x, True, "_reverse")), -1)
+        for i, layer in enumerate(m.enc, start=2):
+            x = lstm(layer, x) + (x if m._residual(i) else 0)
+        s = lstm(m.dec_bottom, m.tgt_embed(tgt))
+        context = m.attention(s, m.attention.keys(x), x, None)
+        y = s
+        for i, layer in enumerate(m.dec, start=2):
+            y = lstm(layer, torch.cat((y, context), -1)) + (y if m._residual(i) else 0)
+        return m.out_proj(y)
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        logits = forward()
+    assert torch.allclose(logits, m.out_proj(m.hidden(src, tgt)), atol=1e-5)
+    assert counter.get_total_flops() == 2 * count_analytic(m.cfg, B, S, T)["forward_macs"]

@@ -77,19 +77,50 @@ def analytic_terms(cfg: TransformerConfig, B: int, S: int, T: int) -> dict[str, 
     }
 
 
-def count_analytic(cfg: TransformerConfig, B: int, S: int, T: int) -> dict:
-    terms = analytic_terms(cfg, B, S, T)
+def rnn_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
+    """Forward MACs of one teacher-forced step of the recurrent rival (model/rnn.py), per term. An LSTM layer
+    of input width n and d units does 4 gates x (n + d) x d MACs a token (W_ih and W_hh); biases and the
+    gates' element-wise products are left out, as for the Transformer."""
+    d, V = cfg.d_model, cfg.vocab_size
+    src, tgt = B * S, B * T
+
+    def lstm(n_in: int) -> int:
+        return 4 * (n_in + d) * d
+    return {
+        "enc_bidirectional": src * 2 * lstm(d),                            # both directions of the bottom layer
+        "enc_layers": src * sum(lstm(2 * d if i == 0 else d) for i in range(cfg.n_enc_layers - 1)),
+        "dec_bottom": tgt * lstm(d),
+        "dec_layers": tgt * (cfg.n_dec_layers - 1) * lstm(2 * d),         # input: the layer below and the context
+        # Additive attention: W_k over the source once, W_q over the targets, v^T over every (target, source)
+        # pair, and the context's weighted sum of the memory.
+        "attention_proj": src * d * d + tgt * d * d,
+        "attention_scores": B * T * S * d,
+        "attention_sum": B * T * S * d,
+        "out_proj": tgt * d * V,
+    }
+
+
+def count_analytic(cfg, B: int, S: int, T: int) -> dict:
+    """The analytic count for a Transformer or the recurrent rival (model/rnn.py)."""
+    from model.rnn import RNNConfig
+    if isinstance(cfg, RNNConfig):
+        terms = rnn_analytic_terms(cfg, B, S, T)
+        attention = terms["attention_scores"] + terms["attention_sum"]
+    else:
+        terms = analytic_terms(cfg, B, S, T)
+        attention = terms["enc_self_attn"] + terms["dec_self_attn"] + terms["dec_cross_attn"]
     fwd = sum(terms.values())
-    attention = terms["enc_self_attn"] + terms["dec_self_attn"] + terms["dec_cross_attn"]
     return _result("analytic", fwd * 6, B, T, forward_macs=fwd, attention_macs=attention, terms=terms,
                    counts="two FLOPs per multiply-add; backward = 2 x forward")
 
 
 def training_flops_per_target_token(cfg, S: int, T: int) -> float:
     """Training FLOPs per target token of a model config of any family, for a source of S and a target of T
-    tokens: the analytic count for the Transformer; for another family (model/family.py), whose terms this
-    module does not derive, the usual 6 FLOPs per parameter per target token (forward 2, backward 4)."""
-    if isinstance(cfg, TransformerConfig):
+    tokens: the analytic count for the Transformer and the recurrent rival; for another family (model/family.py),
+    whose terms this module does not derive, the usual 6 FLOPs per parameter per target token (forward 2,
+    backward 4)."""
+    from model.rnn import RNNConfig
+    if isinstance(cfg, (TransformerConfig, RNNConfig)):
         return count_analytic(cfg, 1, S, T)["flops_per_target_token"]
     from model import build_model, count_parameters
     with torch.device("meta"):
