@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .config import ConfigError, TransformerConfig, did_you_mean
+from .conv import ConvConfig, ConvS2S
 from .rnn import RNNConfig, RNNSeq2Seq
 from .transformer import Transformer
 
@@ -91,6 +92,8 @@ register("transformer", TransformerConfig, Transformer,
 register("rnn", RNNConfig, RNNSeq2Seq,
          "the recurrent rival: a GNMT-style attention LSTM (bidirectional bottom encoder layer, residuals, "
          "additive attention from the bottom decoder layer fed to every layer above)")
+register("conv", ConvConfig, ConvS2S,
+         "the convolutional rival: ConvS2S (Gehring et al. 2017), gated convolutions with multi-step attention")
 
 
 def get_family(name: str) -> Family:

@@ -100,11 +100,29 @@ def rnn_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
     }
 
 
+def conv_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
+    """Forward MACs of one teacher-forced step of the convolutional rival (model/conv.py), per term: a block's
+    convolution maps d_hidden channels to 2 d_hidden (the GLU's halves) over k taps at every position."""
+    e, d, k, V = cfg.d_model, cfg.d_hidden, cfg.kernel, cfg.vocab_size
+    src, tgt = B * S, B * T
+    return {
+        "enc_proj": src * 2 * e * d,                                       # in of the embeddings, out to keys
+        "enc_convs": cfg.n_enc_layers * src * k * d * 2 * d,
+        "dec_proj": tgt * 2 * e * d,
+        "dec_convs": cfg.n_dec_layers * tgt * k * d * 2 * d,
+        "attention_proj": cfg.n_dec_layers * tgt * 2 * d * e,              # query in, context out, each layer
+        "attention_scores": cfg.n_dec_layers * B * T * S * e,
+        "attention_sum": cfg.n_dec_layers * B * T * S * e,
+        "out_proj": tgt * e * V,
+    }
+
+
 def count_analytic(cfg, B: int, S: int, T: int) -> dict:
-    """The analytic count for a Transformer or the recurrent rival (model/rnn.py)."""
+    """The analytic count for a Transformer or a rival (model/rnn.py, model/conv.py)."""
+    from model.conv import ConvConfig
     from model.rnn import RNNConfig
-    if isinstance(cfg, RNNConfig):
-        terms = rnn_analytic_terms(cfg, B, S, T)
+    if isinstance(cfg, (RNNConfig, ConvConfig)):
+        terms = (rnn_analytic_terms if isinstance(cfg, RNNConfig) else conv_analytic_terms)(cfg, B, S, T)
         attention = terms["attention_scores"] + terms["attention_sum"]
     else:
         terms = analytic_terms(cfg, B, S, T)
@@ -116,11 +134,12 @@ def count_analytic(cfg, B: int, S: int, T: int) -> dict:
 
 def training_flops_per_target_token(cfg, S: int, T: int) -> float:
     """Training FLOPs per target token of a model config of any family, for a source of S and a target of T
-    tokens: the analytic count for the Transformer and the recurrent rival; for another family (model/family.py),
+    tokens: the analytic count for the Transformer and the two rivals; for another family (model/family.py),
     whose terms this module does not derive, the usual 6 FLOPs per parameter per target token (forward 2,
     backward 4)."""
+    from model.conv import ConvConfig
     from model.rnn import RNNConfig
-    if isinstance(cfg, (TransformerConfig, RNNConfig)):
+    if isinstance(cfg, (TransformerConfig, RNNConfig, ConvConfig)):
         return count_analytic(cfg, 1, S, T)["flops_per_target_token"]
     from model import build_model, count_parameters
     with torch.device("meta"):

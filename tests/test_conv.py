@@ -1,0 +1,96 @@
+"""The convolutional rival (model/conv.py): cached decoding is its teacher-forced decoder a token at a time,
+padding does not reach real positions, the encoder's gradients are scaled as §3.4 says, its FLOPs are what
+torch's counter sees, and it trains through `harness train`."""
+
+import json
+
+import pytest
+import torch
+
+from harness.cli import main
+from model import beam_search, build_model, count_parameters
+from model.conv import ConvConfig
+
+
+def _model(**changes):
+    torch.manual_seed(0)
+    settings = dict(vocab_size=50, d_model=12, d_hidden=16, n_enc_layers=3, n_dec_layers=3, p_drop=0.1)
+    return build_model(ConvConfig(**{**settings, **changes})).eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 50, (3, 7), generator=g)
+    src[1, 5:] = 0
+    src[2, 3:] = 0
+    return src, torch.randint(4, 50, (3, 6), generator=g)
+
+
+@pytest.mark.parametrize("kernel", [3, 5, 1])
+def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time(kernel):
+    m = _model(kernel=kernel)
+    src, tgt = _batch()
+    memory, mask = m.encode(src)
+    full = m.out_proj(m.decode(tgt, memory, mask))
+    cache = m.new_cache(3, 10, memory)
+    steps = torch.stack([m.decode_step(tgt[:, t], memory, mask, cache, t) for t in range(tgt.size(1))], 1)
+    assert torch.allclose(full, steps, atol=1e-5)
+    assert beam_search(m, src, 1, 2, 3, max_extra=5) == beam_search(m, src, 1, 2, 3, max_extra=5, use_cache=False)
+
+
+def test_padding_does_not_reach_real_positions():
+    m = _model()
+    src, _ = _batch()
+    memory, _ = m.encode(src)
+    alone, none = m.encode(src[2:3, :3])
+    assert none is None and torch.allclose(alone[0], memory[2, :3], atol=1e-6)
+
+
+def test_the_encoders_gradients_are_scaled_by_one_over_twice_the_attention_layers(monkeypatch):
+    from model import conv
+    scales = []
+    real = conv._ScaleGrad.apply
+    monkeypatch.setattr(conv._ScaleGrad, "apply", lambda x, s: scales.append(s) or real(x, s))
+    m = _model(n_dec_layers=4)
+    m.encode(_batch()[0])
+    assert scales == [1 / 8]
+    x = torch.ones(3, requires_grad=True)
+    real(x, 0.25).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 0.25))
+
+
+def test_the_analytic_flops_are_what_torchs_counter_sees():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from harness.probes.flops import count_analytic
+    m = _model(n_dec_layers=2, p_drop=0.0)
+    B, S, T = 2, 7, 5
+    src, tgt = torch.randint(4, 50, (B, S)), torch.randint(4, 50, (B, T))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        m.out_proj(m.hidden(src, tgt))
+    assert counter.get_total_flops() == 2 * count_analytic(m.cfg, B, S, T)["forward_macs"]
+
+
+def test_bad_settings_are_one_sentence(capsys, tmp_path):
+    code = main(["train", "--set", "model.family=conv", "--set", "kernel=4", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "kernel must be odd" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_convs2s_trains_and_decodes_through_harness_train(capsys, tmp_path):
+    out = tmp_path / "run"
+    code = main(["train", "--set", "model.family=conv", "--set", "d_model=32", "--set", "d_hidden=32",
+                 "--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--set", "train.steps=120", "--set", "warmup=40",
+                 "--set", "max_tokens=800", "--set", "batch_tokens=800", "--set", "eval_every=40",
+                 "--set", "bleu_sentences=8", "--set", "max_extra=5", "--set", "checkpoint_every=0",
+                 "--set", "data.train_pairs=2000", "--set", "data.dev_pairs=16", "--set", "data.test_pairs=8",
+                 "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
+                 "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"])
+    assert code == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    resolved = json.loads((out / "config.json").read_text())["model"]
+    assert resolved["family"] == "conv" and resolved["kernel"] == 3
+    curve = metrics["dev_ppl_curve"]
+    assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns
+    assert metrics["params"] == count_parameters(build_model(ConvConfig(**resolved))) and "dev_bleu" in metrics
