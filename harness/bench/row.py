@@ -26,8 +26,8 @@ from harness.data.corpus import DataConfig, load_dataset
 from harness.probes.flops import count_analytic
 from harness.probes.peak import matmul_peak
 from harness.system import pin_allocator
-from harness.train import BatchStream, TrainConfig, autocast_for, learning_rate, resolve_device, train_step, \
-    training_loss
+from harness.train import BatchStream, TrainConfig, autocast_for, resolve_device, train_step, training_loss
+from harness.train.config import make_optimizer, rate_at
 
 # Parts of a step, by the operator's own name (first match wins), or by the scope it runs in (`SCOPES`).
 PARTS = {
@@ -122,8 +122,7 @@ class _Trainer:
         self.model = build_model(self.model_cfg).to(self.device)
         if getattr(self.model_cfg, "word_positions", False):
             self.model.mark_words(*data.tokenizer.word_marks())
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(train_cfg.adam_beta1, train_cfg.adam_beta2),
-                                    eps=train_cfg.adam_eps, fused=True)
+        self.opt = make_optimizer(self.model.parameters(), train_cfg)
         self.stream = BatchStream(data.train.data, train_cfg, self.device, where=str(data.root))
         self.loss_fn = training_loss(self.model, train_cfg, n_shapes=self.stream.n_shapes)
         self.autocast = autocast_for(self.device, train_cfg.amp)
@@ -135,10 +134,12 @@ class _Trainer:
         t0 = time.perf_counter()
         with torch.profiler.record_function("data"):
             micro = self.stream.next_update()
-        lr = learning_rate(self.step_no + 1, self.model.cfg.d_model, self.cfg.warmup, self.cfg.lr_scale)
+        lr = rate_at(self.step_no + 1, self.cfg, self.model.cfg.d_model)
         _, n_tokens = train_step(self.model, self.opt, self.loss_fn, micro, lr, self.cfg.label_smoothing,
                                  self.device, self.autocast)
         with torch.profiler.record_function("optimizer"):
+            if self.cfg.clip_norm:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
             self.opt.step()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

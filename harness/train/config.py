@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
+
 from harness.errors import UserError
 from harness.eval.bleu import moses_version
 
@@ -49,8 +51,21 @@ class TrainConfig:
     # than a padded one of the same budget (the padding fraction more); each sentence's arithmetic is unchanged.
     pack: bool = False                 # sentences end to end without padding, variable-length attention (GPU)
 
-    # Added after studies had run without it: left out of a trial's config hash at its default (harness/trial.py).
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses",)
+    # The optimizer and schedule: the paper's by default (§5.3: Adam, warmup then step^-0.5). The rivals train
+    # with their own papers' recipes (model/rnn.py, model/conv.py; studies/table2.yaml's rows say which).
+    optimizer: str = "adam"            # adam (§5.3) | nesterov: SGD with Nesterov momentum (ConvS2S §4.3)
+    momentum: float = 0.99             # nesterov only (ConvS2S: 0.99)
+    schedule: str = "noam"             # noam (§5.3, times lr_scale) | constant_decay (see `learning_rate`)
+    lr: float = 0.0                    # constant_decay: the rate before decay (GNMT's Adam 1e-3, ConvS2S 0.25)
+    decay_start: float = 2 / 3         # constant_decay: the share of the steps after which the rate decays
+    decay_times: int = 4               # constant_decay: how many times it is multiplied by decay_factor
+    decay_factor: float = 0.5
+    clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
+
+    # Added after studies had run without them: left out of a trial's config hash at their defaults
+    # (harness/trial.py), so that those trials keep their hashes.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
+                                              "decay_times", "decay_factor", "clip_norm")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -68,18 +83,56 @@ class TrainConfig:
         if self.prefetch < 0:
             raise UserError(f"train setting prefetch must not be negative, got {self.prefetch}.")
         moses_version(self.bleu_moses, "train setting bleu_moses")
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer {self.optimizer!r} is not known; use one of {', '.join(OPTIMIZERS)}.")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"schedule {self.schedule!r} is not known; use one of {', '.join(SCHEDULES)}.")
+        if self.schedule == "constant_decay" and not self.lr > 0:
+            raise UserError("schedule constant_decay needs a rate: set train.lr (e.g. 0.001 for Adam, 0.25 for "
+                            "nesterov).")
+        if not (0.0 <= self.decay_start <= 1.0 and self.decay_times >= 0 and 0.0 < self.decay_factor <= 1.0
+                and 0.0 <= self.momentum < 1.0 and self.clip_norm >= 0.0):
+            raise UserError("train settings decay_start must lie in [0, 1], decay_times >= 0, decay_factor in "
+                            "(0, 1], momentum in [0, 1) and clip_norm >= 0.")
         if self.pack and self.shape_buckets:
             raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
                             "set one of them.")
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+OPTIMIZERS = ("adam", "nesterov")
+SCHEDULES = ("noam", "constant_decay")
 
 
 def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """§5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step counted from 1."""
     step = max(step, 1)
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def rate_at(step: int, cfg: TrainConfig, d_model: int) -> float:
+    """The learning rate of update `step` (from 1) under cfg's schedule:
+    - noam: §5.3's `learning_rate`, times lr_scale;
+    - constant_decay: cfg.lr after a linear warmup of cfg.warmup steps, multiplied by decay_factor decay_times
+      times at even intervals over the steps after decay_start x steps (tensorflow/nmt's decay schemes, e.g.
+      GNMT's "luong234": halve 4 times over the last third)."""
+    if cfg.schedule == "noam":
+        return learning_rate(step, d_model, cfg.warmup, cfg.lr_scale)
+    step = max(step, 1)
+    rate = cfg.lr * min(1.0, step / cfg.warmup)
+    start = cfg.decay_start * cfg.steps
+    if cfg.decay_times and step > start:
+        interval = max(1.0, (cfg.steps - start) / cfg.decay_times)
+        rate *= cfg.decay_factor ** min(cfg.decay_times, int((step - start - 1) // interval) + 1)
+    return rate
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer cfg names; the rate is set at every step (`rate_at`)."""
+    if cfg.optimizer == "nesterov":
+        return torch.optim.SGD(params, lr=1.0, momentum=cfg.momentum, nesterov=True)
+    return torch.optim.Adam(params, lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                            fused=True)   # one kernel per parameter, CPU and CUDA
 
 
 # Training settings that go with each model preset. cpu_d128: shrunk so that a run fits a CPU in minutes.

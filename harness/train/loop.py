@@ -25,7 +25,7 @@ from harness.io import atomic_write, check_writable
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
-from harness.train.config import TrainConfig, learning_rate
+from harness.train.config import TrainConfig, make_optimizer, rate_at
 from harness.train.device import autocast_for, device_note, resolve_device
 from harness.train.dist import SINGLE, Ranks
 from harness.train.finish import finish
@@ -108,8 +108,7 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     model = build_model(model_cfg).to(device)
     if word_positions:
         model.mark_words(*data.tokenizer.word_marks())
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                           eps=cfg.adam_eps, fused=True)   # one kernel per parameter, CPU and CUDA
+    opt = make_optimizer(model.parameters(), cfg)
     return device, data, resolved, model, opt
 
 
@@ -123,7 +122,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     if not quiet and ranks.is_main:
         print(device_note(cfg.device, device, cfg.amp), flush=True)
     autocast = autocast_for(device, cfg.amp)
-    lr_at = lambda s: learning_rate(s, model.cfg.d_model, cfg.warmup, cfg.lr_scale)  # noqa: E731
+    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model)  # noqa: E731
     stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
     loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
     ddp = data_parallel(model, loss_fn, device, ranks, cfg.seed)
@@ -144,6 +143,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             loss = ranks.sum(loss_sum)[0] / n_tokens
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step + 1}; the update was skipped.")
+            if cfg.clip_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             opt.step()
             step, dt = step + 1, time.perf_counter() - t0
             clock["train_seconds"] += dt
