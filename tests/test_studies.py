@@ -244,7 +244,7 @@ def test_table2_averages_as_the_paper_did():
 
 def test_table2_en_fr_rows_follow_sections_5_1_and_6_1():
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "paper").trials}
-    assert list(trials) == ["base", "big", "base_enfr", "big_enfr"]
+    assert list(trials) == ["base", "big", "base_enfr", "big_enfr", "gnmt", "convs2s"]
     for row in ("base", "big"):
         assert (trials[row].data.name, trials[row].model.vocab_size) == ("data/wmt14-en-de", 37000)
     for row in ("base_enfr", "big_enfr"):          # §5.1: WMT14 EN-FR, a 32000 word-piece vocabulary
@@ -262,7 +262,9 @@ def test_table2_small_profiles_fill_both_columns_on_the_made_up_corpus(profile):
     """The EN-FR rows of the small profiles train on the corpus's French-like target; everything else about a
     row (widths, schedule, §6.1's P_drop 0.1 for big EN-FR) is its EN-DE twin's."""
     trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", profile).trials}
-    assert list(trials) == ["base", "big", "base_enfr", "big_enfr"]
+    rivals = ["gnmt", "convs2s"] if profile == "tiny" else []            # calibrated on the made-up corpus only
+    assert list(trials) == ["base", "big", "base_enfr", "big_enfr", *rivals]
+    trials = {r: t for r, t in trials.items() if r not in rivals}
     assert {row: (t.data.name, t.data.target) for row, t in trials.items()} == {
         "base": ("synth", "de"), "big": ("synth", "de"), "base_enfr": ("synth", "fr"), "big_enfr": ("synth", "fr")}
     assert (trials["big"].model.p_drop, trials["big_enfr"].model.p_drop) == (0.3, 0.1)
@@ -613,3 +615,15 @@ def test_a_trial_is_typed_and_becomes_plain_data_only_at_the_ray_boundary():
     assert (type(t.model), type(t.train), type(t.data)) == (TransformerConfig, TrainConfig, DataConfig)
     for cls in (TransformerConfig, TrainConfig, DataConfig):
         assert set(cls.ADDED_LATER) <= {f.name for f in dataclasses.fields(cls)}, cls
+
+
+def test_table2s_rivals_match_the_base_rows_parameters_and_budget_in_the_tiny_profile():
+    """Issue: each rival within 10 % of the base row's parameters, trained on its budget (steps, batches)."""
+    from harness.study.estimate import parameter_count
+    trials = {t.row: t for t in load_study(ROOT / "studies" / "table2.yaml", "tiny").trials}
+    base = parameter_count(trials["base"])
+    for row, family, optimizer in (("gnmt", "rnn", "adam"), ("convs2s", "conv", "nesterov")):
+        t = trials[row]
+        assert (t.model.family, t.train.optimizer, t.train.schedule) == (family, optimizer, "constant_decay")
+        assert abs(parameter_count(t) / base - 1) <= 0.10, row
+        assert (t.train.steps, t.train.batch_tokens) == (trials["base"].train.steps, trials["base"].train.batch_tokens)

@@ -47,16 +47,22 @@ class Layers:
         last = {sec: {**self.profile[sec], **self.profile_rows.get(row, {}).get(sec, {}), **sets.get(sec, {})}
                 for sec in SECTIONS}
         own = self.rows[row]
+        wide = set(self.profile["model"]) - set(self.profile_rows.get(row, {}).get("model", {})) - set(sets.get("model", {}))
         # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
         model = with_settings(with_settings(get_preset(self.preset), **self.base["model"]), **own["model"])
         train_cfg = dataclasses.replace(TRAIN_PRESETS[self.preset], **{**self.base["train"], **own["train"]})
         data = dataclasses.replace(DataConfig(), **{**self.base["data"], **own["data"]})
-        model = with_settings(model, **{k: scaled(getattr(model, k), f) for k, f in self.factors["model"].items()})
+        # a profile's scale applies to the fields the row's family has (a rival has no d_ff, d_k or N)
+        model = with_settings(model, **{k: scaled(getattr(model, k), f) for k, f in self.factors["model"].items()
+                                        if hasattr(model, k)})
         train_cfg = dataclasses.replace(train_cfg, **{k: scaled(getattr(train_cfg, k), f)
                                                       for k, f in self.factors["train"].items()})
         data = dataclasses.replace(data, **{k: scaled(getattr(data, k), f) for k, f in self.factors["data"].items()})
         train_cfg = dataclasses.replace(train_cfg, **last["train"], seed=seed)
         train_cfg.validate()
+        # The profile's settings of every row, like its scale, apply to the fields the row's family has; its
+        # settings of this row and `run --set` apply whole (a field the family lacks is refused).
+        last["model"] = {k: v for k, v in last["model"].items() if k not in wide or hasattr(model, k)}
         return Trial(row=row, seed=seed, model=with_settings(model, **last["model"]), train=train_cfg,
                      data=dataclasses.replace(data, **last["data"]))
 
