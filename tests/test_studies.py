@@ -540,6 +540,10 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
     assert "model.p_drop" not in found and "train.log_every" not in found       # as the paper / operational only
     assert "model.n_enc_layers" not in found and found["model.n_layers"] == {("3", "6"): t2.rows}
     assert departures(load_study(ROOT / "studies" / "table2.yaml", "paper")) == []
+    rivals = {d["key"]: d for d in departures(load_study(ROOT / "studies" / "table2.yaml", "tiny"))}
+    widths = {(v["ours"], v["paper"]): v["rows"] for v in rivals["model.d_model"]["values"]}
+    assert widths[(64, 1024)] == ["gnmt"] and widths[(64, 768)] == ["convs2s"]   # a rival's own paper row
+    assert {"gnmt", "convs2s"} <= {r for v in rivals["train.lr"]["values"] for r in v["rows"]}
     tiny = {d["key"]: d for d in departures(load_study(ROOT / "studies" / "table3.yaml", "tiny"))}
     assert tiny["model.share_embeddings"]["values"] == [{"ours": False, "paper": True, "rows": list(tiny["model.share_embeddings"]["values"][0]["rows"])}]
     assert tiny["data.lexicon_scale"]["values"][0]["paper"] is None     # the made-up corpus's own setting

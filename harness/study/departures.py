@@ -55,7 +55,7 @@ def departures(study) -> list[dict]:
         for key, value in ours.items():
             if key in OPERATIONAL or theirs[trial.row].get(key) == value:
                 continue
-            side = "model.n_layers" if key in PER_SIDE else None
+            side = "model.n_layers" if key in PER_SIDE and "model.n_layers" in ours else None   # a rival has no N
             if side and value == ours[side] and theirs[trial.row].get(key) == theirs[trial.row][side]:
                 continue            # per-side depth that follows N: N's line says it
             pair = (json.dumps(value), json.dumps(theirs[trial.row].get(key)))
