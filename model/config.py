@@ -153,6 +153,16 @@ def did_you_mean(word: object, options) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def replace_known(cfg, changes: dict):
+    """dataclasses.replace, refusing a name the config does not have (a family's `replace`)."""
+    known = {f.name for f in dataclasses.fields(cfg)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ConfigError(f"unknown {cfg.family} setting {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}; "
+                          f"valid: {', '.join(sorted(known))}.")
+    return dataclasses.replace(cfg, **changes)
+
+
 def unknown_field_message(name: str) -> str:
     return f"unknown model setting {name!r}{did_you_mean(name, field_names())}; valid settings: {', '.join(field_names())}."
 

@@ -18,7 +18,6 @@ The module has the interface of `model.family.Seq2SeqModel`; `register("conv", .
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -28,9 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from .config import ConfigError, check_choice
+from .config import ConfigError, check_choice, replace_known
 from .layers import Dropout
-from .loss import LossImpl, vocab_loss
+from .loss import LossImpl, TeacherForcedLoss
 
 ConvFamily = Literal["conv"]
 SQRT_HALF = math.sqrt(0.5)
@@ -64,11 +63,7 @@ class ConvConfig:
         check_choice("family", self.family, ConvFamily)
 
     def replace(self, **changes) -> "ConvConfig":
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ConfigError(f"unknown conv setting {unknown[0]!r}; valid: {', '.join(sorted(known))}.")
-        return dataclasses.replace(self, **changes)
+        return replace_known(self, changes)
 
 
 def _linear(n_in: int, n_out: int, p_drop: float, bias: bool = True) -> nn.Module:
@@ -101,7 +96,7 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
-class ConvS2S(nn.Module):
+class ConvS2S(TeacherForcedLoss, nn.Module):
     """Gehring et al. (2017) (module doc)."""
 
     def __init__(self, cfg: ConvConfig, loss_impl: LossImpl = "auto"):
@@ -190,22 +185,6 @@ class ConvS2S(nn.Module):
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         g = self.drop(self._embed(tgt_in, self.tgt_embed, self.tgt_pos))
         return self._layers(self.dec_in(g), g, memory, mask[:, 0, 0] if mask is not None else None, None)
-
-    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor, packing=None) -> torch.Tensor:
-        if packing is not None:
-            raise ValueError("the conv family does not take packed batches; train with pack false.")
-        memory, mask = self.encode(src)
-        return self.decode(tgt_in, memory, mask)
-
-    def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0,
-             hidden: torch.Tensor | None = None, packing=None) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """As `Transformer.loss`: summed smoothed loss, summed NLL, target tokens (logits of real tokens only)."""
-        if hidden is None:
-            hidden = self.hidden(src, tgt_in, packing)
-        keep = tgt_out != self.cfg.pad_id
-        target = tgt_out[keep]
-        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing, self.loss_impl)
-        return loss, nll.detach(), int(target.numel())
 
     def new_cache(self, batch: int, max_len: int, like: torch.Tensor) -> list[torch.Tensor]:
         """Each decoder block's last k - 1 inputs, zeros (the causal padding) before the first token."""

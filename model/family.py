@@ -27,7 +27,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 import torch
 from torch import nn
 
-from .config import ConfigError, TransformerConfig, did_you_mean
+from .config import ConfigError, TransformerConfig, did_you_mean, replace_known
 from .conv import ConvConfig, ConvS2S
 from .rnn import RNNConfig, RNNSeq2Seq
 from .transformer import Transformer
@@ -153,10 +153,4 @@ def to_dict(cfg) -> dict:
 
 
 def _replace(cfg, overrides: dict):
-    if hasattr(cfg, "replace"):
-        return cfg.replace(**overrides)
-    known = {f.name for f in dataclasses.fields(cfg)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ConfigError(f"unknown {cfg.family} setting {unknown[0]!r}; valid: {', '.join(sorted(known))}.")
-    return dataclasses.replace(cfg, **overrides)
+    return cfg.replace(**overrides) if hasattr(cfg, "replace") else replace_known(cfg, overrides)

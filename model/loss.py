@@ -38,3 +38,24 @@ def vocab_loss(h: torch.Tensor, weight: torch.Tensor, t: torch.Tensor, eps: floa
         loss, nll = LinearCrossEntropy.apply(h, weight, t, float(eps), block_rows(weight.size(0), h.device))
         return loss, nll
     return smoothed_cross_entropy(F.linear(h, weight), t, float(eps))
+
+
+class TeacherForcedLoss:
+    """`hidden` and `loss` for a family whose module has `encode`, `decode`, `out_proj`, `cfg` (pad_id, family)
+    and `loss_impl`, and takes no packed batches (the rivals, model/rnn.py and model/conv.py)."""
+
+    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor, packing=None) -> torch.Tensor:
+        if packing is not None:
+            raise ValueError(f"the {self.cfg.family} family does not take packed batches; train with pack false.")
+        memory, mask = self.encode(src)
+        return self.decode(tgt_in, memory, mask)
+
+    def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0,
+             hidden: torch.Tensor | None = None, packing=None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """As `Transformer.loss`: summed smoothed loss, summed NLL, target tokens (logits of real tokens only)."""
+        if hidden is None:
+            hidden = self.hidden(src, tgt_in, packing)
+        keep = tgt_out != self.cfg.pad_id
+        target = tgt_out[keep]
+        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing, self.loss_impl)
+        return loss, nll.detach(), int(target.numel())

@@ -16,7 +16,6 @@ The module has the interface of `model.family.Seq2SeqModel`; `register("rnn", ..
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,9 +23,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .config import ConfigError, check_choice
+from .config import ConfigError, check_choice, replace_known
 from .layers import Dropout
-from .loss import LossImpl, vocab_loss
+from .loss import LossImpl, TeacherForcedLoss
 
 RnnFamily = Literal["rnn"]
 
@@ -55,11 +54,7 @@ class RNNConfig:
         check_choice("family", self.family, RnnFamily)
 
     def replace(self, **changes) -> "RNNConfig":
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ConfigError(f"unknown rnn setting {unknown[0]!r}; valid: {', '.join(sorted(known))}.")
-        return dataclasses.replace(self, **changes)
+        return replace_known(self, changes)
 
 
 class AdditiveAttention(nn.Module):
@@ -83,7 +78,7 @@ class AdditiveAttention(nn.Module):
         return scores.softmax(-1) @ memory
 
 
-class RNNSeq2Seq(nn.Module):
+class RNNSeq2Seq(TeacherForcedLoss, nn.Module):
     """The GNMT-style attention RNN (module doc)."""
 
     def __init__(self, cfg: RNNConfig, loss_impl: LossImpl = "auto"):
@@ -136,22 +131,6 @@ class RNNSeq2Seq(nn.Module):
             y, _ = lstm(self.drop(torch.cat((x, context), -1)))
             x = y + x if self._residual(i) else y
         return x
-
-    def hidden(self, src: torch.Tensor, tgt_in: torch.Tensor, packing=None) -> torch.Tensor:
-        if packing is not None:
-            raise ValueError("the rnn family does not take packed batches; train with pack false.")
-        memory, mask = self.encode(src)
-        return self.decode(tgt_in, memory, mask)
-
-    def loss(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float = 0.0,
-             hidden: torch.Tensor | None = None, packing=None) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """As `Transformer.loss`: summed smoothed loss, summed NLL, target tokens (logits of real tokens only)."""
-        if hidden is None:
-            hidden = self.hidden(src, tgt_in, packing)
-        keep = tgt_out != self.cfg.pad_id
-        target = tgt_out[keep]
-        loss, nll = vocab_loss(hidden[keep], self.out_proj.weight, target, label_smoothing, self.loss_impl)
-        return loss, nll.detach(), int(target.numel())
 
     # --- decoder, one token at a time ---
 

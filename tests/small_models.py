@@ -23,3 +23,19 @@ VARIANTS = {
 def small(**overrides) -> TransformerConfig:
     return TransformerConfig(vocab_size=40, d_model=32, d_ff=64, n_heads=4, n_layers=2, max_len=128,
                              p_drop=0.0).replace(**overrides)
+
+
+def train_small(main, capsys, tmp_path, family: str, *sets: str, steps: int = 120) -> tuple[dict, dict]:
+    """`harness train` of a small model of `family` on a small made-up corpus (dev PPL every steps/3):
+    (the final metrics, the resolved model settings of config.json)."""
+    import json
+    out = tmp_path / "run"
+    args = ["train", "--set", f"model.family={family}", *(a for s in sets for a in ("--set", s)),
+            "--set", f"train.steps={steps}", "--set", f"eval_every={steps // 3}", "--set", "max_tokens=800",
+            "--set", "batch_tokens=800", "--set", "bleu_sentences=8", "--set", "max_extra=5",
+            "--set", "checkpoint_every=0", "--set", "data.train_pairs=2000", "--set", "data.dev_pairs=16",
+            "--set", "data.test_pairs=8", "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"]
+    assert main(args) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return metrics, json.loads((out / "config.json").read_text())["model"]

@@ -2,8 +2,6 @@
 padding does not reach real positions, the encoder's gradients are scaled as §3.4 says, its FLOPs are what
 torch's counter sees, and it trains through `harness train`."""
 
-import json
-
 import pytest
 import torch
 
@@ -79,17 +77,9 @@ def test_bad_settings_are_one_sentence(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_convs2s_trains_and_decodes_through_harness_train(capsys, tmp_path):
-    out = tmp_path / "run"
-    code = main(["train", "--set", "model.family=conv", "--set", "d_model=32", "--set", "d_hidden=32",
-                 "--set", "n_enc_layers=2", "--set", "n_dec_layers=2", "--set", "train.steps=120", "--set", "warmup=40",
-                 "--set", "max_tokens=800", "--set", "batch_tokens=800", "--set", "eval_every=40",
-                 "--set", "bleu_sentences=8", "--set", "max_extra=5", "--set", "checkpoint_every=0",
-                 "--set", "data.train_pairs=2000", "--set", "data.dev_pairs=16", "--set", "data.test_pairs=8",
-                 "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
-                 "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"])
-    assert code == 0
-    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    resolved = json.loads((out / "config.json").read_text())["model"]
+    from small_models import train_small
+    metrics, resolved = train_small(main, capsys, tmp_path, "conv", "d_model=32", "d_hidden=32", "n_enc_layers=2",
+                                    "n_dec_layers=2", "warmup=40")
     assert resolved["family"] == "conv" and resolved["kernel"] == 3
     curve = metrics["dev_ppl_curve"]
     assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns

@@ -1,8 +1,6 @@
 """The recurrent rival (model/rnn.py): its cached decoding is its teacher-forced decoder a token at a time,
 padding does not reach the bidirectional encoder's real positions, and it trains through `harness train`."""
 
-import json
-
 import pytest
 import torch
 
@@ -61,21 +59,12 @@ def test_the_family_is_one_setting_and_refuses_what_it_does_not_have(capsys, tmp
 
 @pytest.mark.slow
 def test_the_rnn_trains_and_decodes_through_harness_train(capsys, tmp_path):
-    out = tmp_path / "run"
-    code = main(["train", "--set", "model.family=rnn", "--set", "d_model=32", "--set", "train.steps=120",
-                 "--set", "warmup=40", "--set", "max_tokens=800", "--set", "batch_tokens=800", "--set", "eval_every=40",
-                 "--set", "bleu_sentences=8", "--set", "max_extra=5", "--set", "checkpoint_every=0",
-                 "--set", "data.train_pairs=2000", "--set", "data.dev_pairs=16", "--set", "data.test_pairs=8",
-                 "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
-                 "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"])
-    assert code == 0
-    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    resolved = json.loads((out / "config.json").read_text())["model"]
+    from small_models import train_small
+    metrics, resolved = train_small(main, capsys, tmp_path, "rnn", "d_model=32", "warmup=40")
     assert resolved["family"] == "rnn" and resolved["n_enc_layers"] == 2
     curve = metrics["dev_ppl_curve"]
     assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns
-    m = build_model(RNNConfig(**resolved))
-    assert metrics["params"] == count_parameters(m) and "dev_bleu" in metrics
+    assert metrics["params"] == count_parameters(build_model(RNNConfig(**resolved))) and "dev_bleu" in metrics
 
 
 def test_the_analytic_flops_are_what_a_counter_sees_of_the_same_arithmetic_written_out():
