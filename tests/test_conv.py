@@ -4,9 +4,10 @@ torch's counter sees, and it trains through `harness train`."""
 
 import pytest
 import torch
+from small_models import check_cached_decoding, rival_batch
 
 from harness.cli import main
-from model import beam_search, build_model, count_parameters
+from model import build_model, count_parameters
 from model.conv import ConvConfig
 
 
@@ -16,32 +17,9 @@ def _model(**changes):
     return build_model(ConvConfig(**{**settings, **changes})).eval()
 
 
-def _batch():
-    g = torch.Generator().manual_seed(1)
-    src = torch.randint(4, 50, (3, 7), generator=g)
-    src[1, 5:] = 0
-    src[2, 3:] = 0
-    return src, torch.randint(4, 50, (3, 6), generator=g)
-
-
 @pytest.mark.parametrize("kernel", [3, 5, 1])
-def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time(kernel):
-    m = _model(kernel=kernel)
-    src, tgt = _batch()
-    memory, mask = m.encode(src)
-    full = m.out_proj(m.decode(tgt, memory, mask))
-    cache = m.new_cache(3, 10, memory)
-    steps = torch.stack([m.decode_step(tgt[:, t], memory, mask, cache, t) for t in range(tgt.size(1))], 1)
-    assert torch.allclose(full, steps, atol=1e-5)
-    assert beam_search(m, src, 1, 2, 3, max_extra=5) == beam_search(m, src, 1, 2, 3, max_extra=5, use_cache=False)
-
-
-def test_padding_does_not_reach_real_positions():
-    m = _model()
-    src, _ = _batch()
-    memory, _ = m.encode(src)
-    alone, none = m.encode(src[2:3, :3])
-    assert none is None and torch.allclose(alone[0], memory[2, :3], atol=1e-6)
+def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time_and_padding_stays_out(kernel):
+    check_cached_decoding(_model(kernel=kernel))
 
 
 def test_the_encoders_gradients_are_scaled_by_one_over_twice_the_attention_layers(monkeypatch):
@@ -50,7 +28,7 @@ def test_the_encoders_gradients_are_scaled_by_one_over_twice_the_attention_layer
     real = conv._ScaleGrad.apply
     monkeypatch.setattr(conv._ScaleGrad, "apply", lambda x, s: scales.append(s) or real(x, s))
     m = _model(n_dec_layers=4)
-    m.encode(_batch()[0])
+    m.encode(rival_batch()[0])
     assert scales == [1 / 8]
     x = torch.ones(3, requires_grad=True)
     real(x, 0.25).sum().backward()

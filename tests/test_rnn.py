@@ -3,9 +3,10 @@ padding does not reach the bidirectional encoder's real positions, and it trains
 
 import pytest
 import torch
+from small_models import check_cached_decoding
 
 from harness.cli import main
-from model import beam_search, build_model, count_parameters, with_settings
+from model import build_model, count_parameters, with_settings
 from model.rnn import RNNConfig
 
 
@@ -14,32 +15,8 @@ def _model(**changes):
     return build_model(RNNConfig(vocab_size=50, d_model=16, n_enc_layers=3, n_dec_layers=4, **changes)).eval()
 
 
-def _batch():
-    g = torch.Generator().manual_seed(1)
-    src = torch.randint(4, 50, (3, 7), generator=g)
-    src[1, 5:] = 0
-    src[2, 3:] = 0
-    return src, torch.randint(4, 50, (3, 6), generator=g)
-
-
-def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time():
-    m = _model()
-    src, tgt = _batch()
-    memory, mask = m.encode(src)
-    full = m.out_proj(m.decode(tgt, memory, mask))
-    cache = m.new_cache(3, 10, memory)
-    steps = torch.stack([m.decode_step(tgt[:, t], memory, mask, cache, t) for t in range(tgt.size(1))], 1)
-    assert torch.allclose(full, steps, atol=1e-5)
-    assert beam_search(m, src, 1, 2, 3, max_extra=5) == beam_search(m, src, 1, 2, 3, max_extra=5, use_cache=False)
-
-
-def test_padding_does_not_reach_the_real_positions_of_the_bidirectional_encoder():
-    m = _model()
-    src, _ = _batch()
-    memory, mask = m.encode(src)
-    alone, none = m.encode(src[2:3, :3])
-    assert none is None and mask is not None and torch.equal(mask[:, 0, 0], src != 0)
-    assert torch.allclose(alone[0], memory[2, :3], atol=1e-6)
+def test_cached_steps_are_the_teacher_forced_decoder_a_token_at_a_time_and_padding_stays_out():
+    check_cached_decoding(_model())
 
 
 def test_residuals_start_at_the_third_layer():
