@@ -19,15 +19,13 @@ import time
 
 import torch
 
-from model import build_model, with_settings
-
 from harness.data.bpe import PAD
-from harness.data.corpus import DataConfig, load_dataset
+from harness.data.corpus import DataConfig
 from harness.probes.flops import count_analytic
 from harness.probes.peak import matmul_peak
-from harness.system import pin_allocator
-from harness.train import BatchStream, TrainConfig, autocast_for, resolve_device, train_step, training_loss
-from harness.train.config import make_optimizer, rate_at
+from harness.train import BatchStream, TrainConfig, autocast_for, train_step, training_loss
+from harness.train.config import rate_at
+from harness.train.loop import setup
 
 # Parts of a step, by the operator's own name (first match wins), or by the scope it runs in (`SCOPES`).
 PARTS = {
@@ -108,21 +106,13 @@ def _step_flops(cfg, micro: list) -> float:
 
 
 class _Trainer:
-    """The trial's training step, set up as harness/train/loop.py sets it up (model, fused Adam, the batch
-    stream, the loss function, autocast), without a run directory."""
+    """The trial's training step, set up by harness/train/loop.py's `setup` (device, data, seeded model,
+    optimizer) with the loop's batch stream, loss function and autocast, without a run directory."""
 
     def __init__(self, model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig):
         self.cfg = train_cfg
-        self.device = resolve_device(train_cfg.device)
-        if self.device.type == "cpu":
-            pin_allocator()
-        data = load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
-        self.model_cfg = with_settings(model_cfg, vocab_size=data.tokenizer.vocab_size)
-        torch.manual_seed(train_cfg.seed)
-        self.model = build_model(self.model_cfg).to(self.device)
-        if getattr(self.model_cfg, "word_positions", False):
-            self.model.mark_words(*data.tokenizer.word_marks())
-        self.opt = make_optimizer(self.model.parameters(), train_cfg)
+        self.device, data, _, self.model, self.opt = setup(model_cfg, train_cfg, data_cfg, None, None)
+        self.model_cfg = self.model.cfg
         self.stream = BatchStream(data.train.data, train_cfg, self.device, where=str(data.root))
         self.loss_fn = training_loss(self.model, train_cfg, n_shapes=self.stream.n_shapes)
         self.autocast = autocast_for(self.device, train_cfg.amp)

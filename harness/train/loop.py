@@ -87,9 +87,10 @@ def data_parallel(model: Seq2SeqModel, loss_fn: Callable, device: torch.device, 
     return ddp
 
 
-def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path,
+def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: Path | None,
           dataset: Dataset | None, ranks: Ranks = SINGLE):
-    """The device, the data, the resolved config (written to config.json), the seeded model and Adam."""
+    """The device, the data, the resolved config (written to out/config.json; out None: nowhere, as the
+    bench's step), the seeded model and its optimizer."""
     cfg.validate()
     word_positions = getattr(model_cfg, "word_positions", False)     # a Transformer setting; other families: off
     if word_positions and cfg.pack:          # refused before anything is read or written
@@ -98,11 +99,12 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
-    check_writable(out, "output directory", "choose a writable path")
+    if out is not None:
+        check_writable(out, "output directory", "choose a writable path")
     data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
     model_cfg = with_settings(model_cfg, vocab_size=data.tokenizer.vocab_size)
     resolved = {"model": to_dict(model_cfg), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
-    if ranks.is_main:
+    if ranks.is_main and out is not None:
         atomic_write(out / "config.json", json.dumps(resolved, indent=2) + "\n")
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg).to(device)
