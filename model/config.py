@@ -75,10 +75,7 @@ class TransformerConfig:
         self._validate()
 
     def _check_integers(self, names: tuple[str, ...]) -> None:
-        for name in names:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        check_positive(self, names)
 
     def _validate(self) -> None:
         self._check_integers(tuple(DERIVED))
@@ -151,6 +148,14 @@ def did_you_mean(word: object, options) -> str:
     import difflib
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_positive(cfg, names) -> None:
+    """Each of cfg's fields `names` is a positive integer (a family's check of its sizes)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
 
 
 def replace_known(cfg, changes: dict):

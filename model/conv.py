@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from .config import ConfigError, check_choice, replace_known
+from .config import ConfigError, check_choice, check_positive, replace_known
 from .layers import Dropout
 from .loss import LossImpl, TeacherForcedLoss
 
@@ -52,10 +52,7 @@ class ConvConfig:
     family: ConvFamily = "conv"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "d_hidden", "n_enc_layers", "n_dec_layers", "kernel", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        check_positive(self, ("vocab_size", "d_model", "d_hidden", "n_enc_layers", "n_dec_layers", "kernel", "max_len"))
         if self.kernel % 2 == 0:
             raise ConfigError(f"kernel must be odd, so that an encoder convolution is centred; got {self.kernel}.")
         if not 0.0 <= self.p_drop < 1.0:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .config import ConfigError, check_choice, replace_known
+from .config import ConfigError, check_choice, check_positive, replace_known
 from .layers import Dropout
 from .loss import LossImpl, TeacherForcedLoss
 
@@ -45,10 +45,7 @@ class RNNConfig:
     family: RnnFamily = "rnn"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_enc_layers", "n_dec_layers", "residual_from", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        check_positive(self, ("vocab_size", "d_model", "n_enc_layers", "n_dec_layers", "residual_from", "max_len"))
         if not 0.0 <= self.p_drop < 1.0:
             raise ConfigError(f"p_drop must be a probability in [0, 1), got {self.p_drop!r}.")
         check_choice("family", self.family, RnnFamily)
