@@ -213,6 +213,11 @@ def _cmd_probe_scaling(args) -> int:
     return scaling_main(args.json, args.quick, str(device))
 
 
+def _cmd_probe_agreement(args) -> int:
+    from harness.probes.agreement import main as agreement_main
+    return agreement_main(args)
+
+
 def _cmd_probe_cost(args) -> int:
     from harness.probes.cost import main as cost_main
     return cost_main(args.json)
@@ -298,7 +303,7 @@ def _add_report(sub) -> None:
 
 
 def _add_probes(sub) -> None:
-    """The `probe` commands: flops, scaling, cost, evalb."""
+    """The `probe` commands: flops, scaling, cost, evalb, agreement."""
     probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
     probes = probe.add_subparsers(dest="probe_command", required=True)
     fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
@@ -323,6 +328,14 @@ def _add_probes(sub) -> None:
     ev.add_argument("test", type=Path, help="test trees, one a line")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_cmd_probe_evalb)
+
+    ag = probes.add_parser("agreement", help="long-distance agreement: a finished run scores contrastive pairs "
+                           "of its made-up corpus, by distance (§4)")
+    ag.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
+    ag.add_argument("--sentences", type=int, default=2000, help="contrastive sentences to draw (about 2 pairs each)")
+    ag.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ag.add_argument("--json", action="store_true")
+    ag.set_defaults(func=_cmd_probe_agreement)
 
 
 def _add_evaluate(sub) -> None:

@@ -390,6 +390,9 @@ class _Rules(NamedTuple):
     clause: Callable       # (kind, subject tgt or None, sg, spl, ag, apl, verb, sense, past, adverb or -1,
     #                          pp tgt, object tgt, complement tgt or None) -> tgt
     finish: Callable       # the whole sentence's tgt tokens, "." included -> tgt
+    noun: Callable         # (noun, sense, plural) -> the target noun's form (agreement_pairs)
+    agreeing: Callable     # (verb, sense, past, sg, spl) -> (the word that agrees with the subject,
+    #                          ((feature, the form that breaks the agreement in it), ...))  (agreement_pairs)
 
 
 def _german(cfg: SynthConfig) -> _Rules:
@@ -447,8 +450,13 @@ def _german(cfg: SynthConfig) -> _Rules:
             tgt = [w for w, nxt in zip(tgt, tgt[1:] + [""]) if not (w == "," and nxt in (",", "."))]
         return tgt
 
+    def agreeing(v, sense, past, sg, spl):  # the finite verb, in gender and number (_VERB_AGR)
+        forms = v_tgt[v][sense][past]
+        return forms[sg][spl], (("number", forms[sg][1 - spl]), ("gender", forms[(sg + 1) % 3][spl]))
+
     return _Rules([list(gs) for gs in lex.n_gender], tuple((t, g, pl) for _, t, g, pl in _PRONOUNS),
-                  tuple(t for _, t in _CONJ), True, np, pp, clause, finish)
+                  tuple(t for _, t in _CONJ), True, np, pp, clause, finish,
+                  lambda i, sense, pl: n_tgt[i][sense][pl], agreeing)
 
 
 def _french(cfg: SynthConfig) -> _Rules:
@@ -494,7 +502,14 @@ def _french(cfg: SynthConfig) -> _Rules:
             tgt += comp
         return tgt
 
-    return _Rules(lex.n_gender, _FR_PRONOUNS, _FR_CONJ, False, np, pp, clause, french_elide)
+    def agreeing(v, sense, past, sg, spl):  # in number only: the auxiliary of the past, else the verb
+        if past:
+            return _FR_AUX[spl], (("number", _FR_AUX[1 - spl]),)
+        forms = v_tgt[v][sense][:2]
+        return forms[spl], (("number", forms[1 - spl]),)
+
+    return _Rules(lex.n_gender, _FR_PRONOUNS, _FR_CONJ, False, np, pp, clause, french_elide,
+                  lambda i, sense, pl: n_tgt[i][sense][pl], agreeing)
 
 
 class Phrase(NamedTuple):
@@ -513,6 +528,23 @@ class NounPhrase(NamedTuple):
     plural: int
     animate: bool
     open: bool          # ends in a relative clause (no PP may follow it: the attachment would be ambiguous)
+    head: "Marked | None" = None    # annotating: the target token a verb agreeing with this phrase agrees with
+
+
+class Marked(str):
+    """A target token that takes part in a subject-verb agreement, in a sentence made by an annotating grammar
+    (`agreement_pairs`); the text is the token's, so a sentence reads the same. A controller (a subject's head
+    noun or pronoun, or a relative clause's antecedent) has `controller` None and no alternatives; an agreeing
+    word has its controller (None where there is no single one: a coordination) and the forms that would
+    break the agreement, `alternatives` ((feature, form), ...)."""
+    controller: "Marked | None" = None
+    alternatives: tuple = ()
+
+
+def _marked(token: str, controller: "Marked | None" = None, alternatives: tuple = ()) -> Marked:
+    out = Marked(token)
+    out.controller, out.alternatives = controller, alternatives
+    return out
 
 
 class VerbObject(NamedTuple):
@@ -531,10 +563,14 @@ class _Grammar:
     and concatenate. Every draw comes from `rnd`, in a fixed order, so a sentence is a function of its
     seed (the pinned corpus digests of tests/test_synth.py hold it)."""
 
-    def __init__(self, cfg: SynthConfig):
+    def __init__(self, cfg: SynthConfig, annotate: bool = False):
         lex = lexicon(cfg)
         rules = _french(cfg) if cfg.target == "fr" else _german(cfg)
         self.t_np, self.t_pp, self.t_clause, self.t_finish = rules.np, rules.pp, rules.clause, rules.finish
+        # annotate: mark each subject-verb agreement's two target tokens (Marked); draws nothing, so the
+        # sentences are those of the same seeds unannotated.
+        self.annotate, self.t_noun, self.t_agreeing = annotate, rules.noun, rules.agreeing
+        self.antecedent: Marked | None = None      # annotating: the head of the NP a relative clause is in
         self.rel_comma = rules.rel_comma
         self.max_len, self.max_depth, self.p_rel, self.p_coord = cfg.max_len, cfg.max_depth, cfg.p_relative, cfg.p_coord
         self.p_pp, self.p_vpp = cfg.p_pp, 0.6 * cfg.p_pp
@@ -610,12 +646,16 @@ class _Grammar:
         g = self.n_gender[i][sense]
         src.append(self.n_src[pl][i])
         leaves.append(self.n_leaf[pl][i])
-        return NounPhrase(src, "(NP " + " ".join(leaves) + ")", self.t_np(dk, pl, i, sense, g, case, adjs), g, pl,
-                          self.n_anim[i], False)
+        tgt, head = self.t_np(dk, pl, i, sense, g, case, adjs), None
+        if self.annotate:
+            k = tgt.index(self.t_noun(i, sense, pl))
+            tgt[k] = head = _marked(tgt[k])
+        return NounPhrase(src, "(NP " + " ".join(leaves) + ")", tgt, g, pl, self.n_anim[i], False, head)
 
     def pronoun(self, rnd) -> NounPhrase:
         w, tree, t, g, pl = self.prons[int(rnd() * 4)]
-        return NounPhrase([w], tree, [t], g, pl, True, False)
+        head = _marked(t) if self.annotate else None
+        return NounPhrase([w], tree, [head or t], g, pl, True, False, head)
 
     def coordinated_np(self, rnd, gbit: int, case: int) -> NounPhrase:
         """Two noun phrases and a conjunction; agreement: plural, gender of the first conjunct."""
@@ -644,13 +684,14 @@ class _Grammar:
         is_open = False
         if allow_rel and rnd() < self.p_rel:
             kind = ROBJ if rnd() < 0.4 else RSUBJ
+            self.antecedent = base.head
             s, tr, tg = self.clause(rnd, depth + 1, kind, base.gender, base.plural, base.animate)
             src, tgt = src + ["that"] + s, (tgt + [","] + tg + [","] if self.rel_comma else tgt + tg)
             parts = (parts or [tree]) + [f"(SBAR (WHNP (WDT that)) (S {tr}))"]
             is_open = True
         if parts:
             tree = "(NP " + " ".join(parts) + ")"
-        return NounPhrase(src, tree, tgt, base.gender, base.plural, base.animate, is_open)
+        return NounPhrase(src, tree, tgt, base.gender, base.plural, base.animate, is_open, base.head)
 
     # --- clauses ---
 
@@ -710,12 +751,18 @@ class _Grammar:
         past = 1 if rnd() < self.p_past else 0
         if kind == RSUBJ:  # the gap is the subject: the verb agrees with the antecedent
             s_src, s_tree, s_tgt, sg, spl = (), None, None, ag, apl
+            controller = self.antecedent
         else:
             subj = self.noun_phrase(rnd, depth, self.v_bit[v], NOM, True, True)
             s_src, s_tree, s_tgt, sg, spl = subj.src, subj.tree, subj.tgt, subj.gender, subj.plural
+            controller = subj.head
         obj = self.verb_object(rnd, depth, kind, v, aanim)
         vp_src, vp, r, pp_tgt = self.verb_phrase(rnd, depth, deeper, v, past, spl, obj)
         tgt = self.t_clause(kind, s_tgt, sg, spl, ag, apl, v, obj.sense, past, r, pp_tgt, obj.tgt, obj.comp)
+        if self.annotate:   # every clause's agreeing word is marked (inner clauses' first), so ours is the
+            form, alternatives = self.t_agreeing(v, obj.sense, past, sg, spl)    # one plain token of its form
+            k = next(k for k, t in enumerate(tgt) if t == form and type(t) is str)
+            tgt[k] = _marked(form, controller, alternatives)
         return Phrase(list(s_src) + vp_src, f"{s_tree} {vp}" if s_tree else vp, tgt)
 
     # --- sentences ---
@@ -792,6 +839,46 @@ def generate(n: int, seed: int, cfg: SynthConfig = SynthConfig(), *, start: int 
     _check_int("start", start, 0, 2**32 - 1 - n)
     _check_cfg(cfg)
     return _stream(n, seed, 0, cfg, start)
+
+
+# ------------------------------------------------------------------------------- agreement contrasts
+PROBE_STREAM = 3   # the random stream of the contrastive sentences: none of train, dev and test (0, 1, 2)
+
+
+class Contrast(NamedTuple):
+    """A contrastive pair (Sennrich 2017's Lingeval97 way): the reference, and the reference with one word that
+    agrees with its subject given a form that breaks the agreement."""
+    src: str
+    ref: str
+    alt: str
+    distance: int       # target words from the controller (the subject's head, or the antecedent) to the word
+    feature: str        # what the changed form gets wrong: number | gender (the German-like target's verbs)
+
+
+def agreement_pairs(n_sentences: int, seed: int, cfg: SynthConfig = SynthConfig(), *,
+                    stream: int = PROBE_STREAM) -> list[Contrast]:
+    """The contrastive pairs of sentences 0..n_sentences-1 of `stream` (the corpus's own grammar and lexicon;
+    a stream of their own, so none of them is a training, dev or test pair by construction): for every verb
+    that agrees with a single controller (a coordinated subject has none), one pair per feature it agrees in.
+    A controller lost to the French-like target's elision (qu'il) takes its pairs with it."""
+    _check_int("the number of sentences", n_sentences, 1, MAX_PAIRS)
+    _check_int("the seed", seed, 0)
+    _check_cfg(cfg)
+    grammar = _Grammar(cfg, annotate=True)
+    rng = random.Random()
+    base = (seed << 40) | (stream << 32)
+    out = []
+    for i in range(n_sentences):
+        rng.seed(base | i)
+        src, _, tgt = grammar.sentence(rng.random)
+        at = {id(t): k for k, t in enumerate(tgt) if isinstance(t, Marked)}
+        src_text, ref = " ".join(src), " ".join(tgt)
+        for k, word in enumerate(tgt):
+            if isinstance(word, Marked) and word.alternatives and id(word.controller) in at:
+                for feature, form in word.alternatives:
+                    alt = " ".join(tgt[:k] + [form] + tgt[k + 1:])
+                    out.append(Contrast(src_text, ref, alt, k - at[id(word.controller)], feature))
+    return out
 
 
 def _request(n_train: int, n_dev: int, n_test: int, seed: int, cfg: SynthConfig) -> dict:
@@ -891,15 +978,22 @@ def _write_split(tmp: Path, split: str, examples: Iterator[Example], n: int,
             "mean_tgt_len": round(n_tgt / done, 3), "max_src_len": max_src, "max_tgt_len": max_tgt}
 
 
+def synth_config(cfg) -> SynthConfig:
+    """The grammar and lexicon settings a DataConfig names (lexicon seed and scale, depth, length, target)."""
+    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target, lexicon_seed=cfg.lexicon_seed)
+    if cfg.lexicon_scale != 1.0:
+        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target,
+                          lexicon_seed=cfg.lexicon_seed,
+                          **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
+                             for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
+    return lex
+
+
 def synth_corpus_dir(cfg) -> Path:
     """The made-up corpus a DataConfig names (sizes, seed, lexicon seed and scale, depth, length), written once into
     its cache directory (write_corpus); returns the directory."""
     lexicon_seed = cfg.lexicon_seed
-    lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target, lexicon_seed=lexicon_seed)
-    if cfg.lexicon_scale != 1.0:
-        lex = SynthConfig(max_depth=cfg.max_depth, max_len=cfg.max_words, target=cfg.target, lexicon_seed=lexicon_seed,
-                          **{f: max(2, round(getattr(lex, f) * cfg.lexicon_scale))
-                             for f in ("n_nouns", "n_verbs", "n_adjectives", "n_adverbs", "n_ambiguous")})
+    lex = synth_config(cfg)
     scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
     if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
         scale += f"-d{cfg.max_depth}-w{cfg.max_words}"

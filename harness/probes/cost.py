@@ -61,8 +61,9 @@ def main(as_json: bool = False) -> int:
 def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25, repeats: int = 3) -> float:
     """Seconds per optimizer update of this model at its schedule's batch, measured on `device`: the update's
     target tokens (train.batch_tokens, in micro-batches of train.max_tokens) as random sentences of
-    sentence_len tokens each side, bf16 autocast on CUDA when train.amp, fused Adam; two warm-up updates,
-    then the median of `repeats`. What `run --dry-run --measure` multiplies by each trial's steps."""
+    sentence_len tokens each side, bf16 autocast on CUDA when train.amp, the row's optimizer (fused Adam, or
+    SGD); two warm-up updates, then the median of `repeats`. What `run --dry-run --measure` multiplies by each
+    trial's steps. Any model family (model.build_model)."""
     import contextlib
     import math
     import statistics
@@ -70,11 +71,15 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
 
     import torch
 
-    from model import Transformer
+    from model import build_model
+
+    from harness.train.config import make_optimizer
     device = torch.device(device)
     torch.manual_seed(0)
-    model = Transformer(model_cfg).to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    model = build_model(model_cfg).to(device).train()
+    opt = make_optimizer(model.parameters(), train_cfg)
+    for group in opt.param_groups:
+        group["lr"] = 1e-4            # small: random tokens, and timing only
     accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))
     rows = max(1, min(train_cfg.batch_tokens, train_cfg.max_tokens) // sentence_len)
     src = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len), device=device)

@@ -41,7 +41,10 @@ METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bl
            # measured from gradients and by the paper's formula.
            "exp_n": ("exp_n_fwd", None), "exp_d": ("exp_d_fwd", None), "seq_ops": ("seq_ops_measured", None),
            "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
-           "path_formula": ("path_formula_max_n", None)}
+           "path_formula": ("path_formula_max_n", None),
+           # Table 2's rivals: the training cost counted (FLOPs), and the agreement contrasts' accuracy (%) over
+           # the pairs at least 4 target words apart (harness/probes/agreement.py).
+           "train_flops": ("train_flops", None), "agree_long": ("agree_acc_long", None)}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
@@ -81,6 +84,9 @@ class Claim:
     target_metric: str = ""         # value claims: the metric holding the run's own evaluation of the formula
     paper: dict = field(default_factory=dict)
     regime: str = ""      # where the claim can show at all, e.g. over-fitting (the report checks the runs were in it)
+    # A second comparison of the same two rows that must hold as well, {metric, better}: "beats it at less
+    # training cost" (Table 2). Holds if both parts hold, contradicted if either is, inconclusive otherwise.
+    also: dict = field(default_factory=dict)
 
 
 @lru_cache(maxsize=1)
@@ -111,6 +117,10 @@ def load_claims() -> tuple[Claim, ...]:
             raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent|value")
         if claim.expect == "equivalent" and not claim.margin > 0:
             raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
+        if claim.also and (sorted(claim.also) != ["better", "metric"] or claim.also["metric"] not in METRICS
+                           or claim.also["better"] not in ("lower", "higher") or claim.expect != "better"):
+            raise ValueError(f"{where}: also must be {{metric: one of {', '.join(METRICS)}, better: lower|higher}}, "
+                             "on a claim that expects better")
         for side in (claim.a, claim.b):
             if not (isinstance(side, str) or (isinstance(side, dict) and list(side) in (["best"], ["first"]))):
                 raise ValueError(f"{where}: a and b must be a row, {{best: [rows]}} or {{first: [rows]}}")
@@ -160,8 +170,29 @@ def _within(low: float, high: float, m: float) -> str:
     return "holds" if -m <= low and high <= m else "contradicted" if low > m or high < -m else "inconclusive"
 
 
-def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
-    """The claim checked on {row: {seed: value}}: rows used, paired difference with its interval, verdict."""
+def _paired(a: str, b: str, values: dict[str, dict[int, float]], better: str, expect: str = "better",
+            margin: float = 0.0) -> dict:
+    """Rows a and b compared seed by seed: the paired difference's interval and its verdict."""
+    seeds = sorted(set(values.get(a, {})) & set(values.get(b, {})))
+    sign = -1.0 if better == "lower" else 1.0     # d > 0: a better than b
+    diffs = [sign * (values[a][s] - values[b][s]) for s in seeds]
+    mean, low, high, n = interval(diffs)
+    if n < 2:
+        result = "inconclusive" if n else "not run"
+    elif expect == "better":
+        result = "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    else:
+        result = _within(low, high, margin)
+    return {"verdict": result, "n": n, "diff": mean, "low": low, "high": high,
+            "a_mean": interval(values[a][s] for s in seeds)[0] if n else float("nan"),
+            "b_mean": interval(values[b][s] for s in seeds)[0] if n else float("nan")}
+
+
+def verdict(claim: Claim, values: dict[str, dict[int, float]],
+            also_values: dict[str, dict[int, float]] | None = None) -> dict:
+    """The claim checked on {row: {seed: value}}: rows used, paired difference with its interval, verdict.
+    A claim with `also` compares the same two rows on also_values too (its "also" entry), and holds only if
+    both comparisons do."""
     a, a_label = _side(claim.a, values, claim.better)
     b, b_label = _side(claim.b, values, claim.better)
     out = {"id": claim.id, "a": a_label, "b": b_label, "a_row": a, "b_row": b, "metric": claim.metric,
@@ -169,18 +200,16 @@ def verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
     if a is None or b is None or a == b:
         return {**out, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
                 "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
-    seeds = sorted(set(values[a]) & set(values[b]))
-    sign = -1.0 if claim.better == "lower" else 1.0     # d > 0: a better than b
-    diffs = [sign * (values[a][s] - values[b][s]) for s in seeds]
-    mean, low, high, n = interval(diffs)
-    if n < 2:
-        result = "inconclusive"
-    elif claim.expect == "better":
-        result = "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
-    else:
-        result = _within(low, high, claim.margin)
-    return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
-            "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(values[b][s] for s in seeds)[0]}
+    main = _paired(a, b, values, claim.better, claim.expect, claim.margin)
+    if main["verdict"] == "not run":
+        main["verdict"] = "inconclusive"
+    if not claim.also:
+        return {**out, **main}
+    also = {**_paired(a, b, also_values or {}, claim.also["better"]), "metric": claim.also["metric"]}
+    parts = (main["verdict"], also["verdict"])
+    combined = "holds" if parts == ("holds", "holds") else "contradicted" if "contradicted" in parts else \
+        "inconclusive"
+    return {**out, **main, "verdict": combined, "main_verdict": main["verdict"], "also": also}
 
 
 def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
@@ -214,5 +243,6 @@ def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
                 if claim.target_metric else None
             out.append({**value_verdict(claim, values, targets), "claim": claim})
         else:
-            out.append({**verdict(claim, values), "claim": claim})
+            also = cache.setdefault(claim.also["metric"], per_seed(runs, claim.also["metric"])) if claim.also else None
+            out.append({**verdict(claim, values, also), "claim": claim})
     return out

@@ -334,7 +334,10 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
                          "spans 0: the effect, if any, is within the seed-to-seed spread at this scale")
         else:
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
-    if c["verdict"] == "contradicted":
+    if c.get("also"):
+        x = c["also"]
+        notes.append(f"both parts must hold: {c['metric']} {c['main_verdict']}, {x['metric']} {x['verdict']}")
+    if c["verdict"] == "contradicted" and c.get("main_verdict", "contradicted") == "contradicted":
         notes.append(f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
                      f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["expect"] == "better" else
                      f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
@@ -379,6 +382,12 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
             ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
         diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
                 f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
+        if c.get("also"):        # a second comparison of the same rows, which must hold too
+            x = c["also"]
+            what = "–" if pd.isna(x["diff"]) else f"{x['diff']:+.3g}" if pd.isna(x["low"]) else \
+                f"{x['diff']:+.3g} [{x['low']:+.3g}, {x['high']:+.3g}]"
+            diff += (f" ({c['main_verdict']}); and {x['metric']} ({claim.also['better']} is better): {c['a_row']} "
+                     f"{x['a_mean']:.3g} vs {c['b_row']} {x['b_mean']:.3g}, Δ {what}, n={x['n']} ({x['verdict']})")
         if claim.expect == "equivalent":
             diff += f", margin ±{claim.margin:g}"
         elif claim.expect == "value":

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from harness.paper import columns, load_tables
+from harness.report.rivals import agreement_section, compute_section
 from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
@@ -257,5 +258,14 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table = summarize_table2(results["runs"], declared_rows(results["parent"]))
     plots = [plot_table2_bleu_vs_cost(study, table, out_dir / f"{study}_bleu_vs_cost.png"),
              plot_table2_utilization(study, table, costs, out_dir / f"{study}_utilization.png")]
-    return write_files(study, out_dir, render_table2(study, results, table, costs), table, plots,
-                  claims_section(study, results["runs"], uri, results["parent"]))
+    lines = render_table2(study, results, table, costs)
+    # The families side by side: the rows of one language pair (the rivals train EN-DE), each section with its plot
+    en_de = [r["row"] for r in table.to_dict("records") if r["pair"] == PAIRS["en_de"]]
+    extra = []
+    for section, plot in (compute_section(results["runs"], uri, en_de, out_dir / f"{study}_bleu_vs_compute.png"),
+                          agreement_section(results["runs"], en_de, out_dir / f"{study}_agreement.png")):
+        if section:
+            lines += ["", *section, f"![{plot.stem}]({plot.name})", ""]
+            extra.append(plot)
+    return write_files(study, out_dir, lines, table, plots,
+                       claims_section(study, results["runs"], uri, results["parent"])) + extra

@@ -20,8 +20,8 @@ from harness.errors import UserError
 from harness.study.estimate import ASSUMED_SENTENCE_LEN, Timing, duration, estimated_flops, packed_wall, \
     parameter_count, trial_seconds
 from harness.study.spec import BASE_KEYS, PROFILE_KEYS, Checker, Selection, Study, StudyFile, checked_rows, \
-    known_row, pick_profile, pick_rows, profile_overrides, profile_rows, profile_seeds, resources, scaled, \
-    section_overrides
+    known_row, pick_profile, pick_rows, profile_overrides, profile_row_seeds, profile_rows, profile_seeds, \
+    resources, scaled, section_overrides
 from harness.tracking import TrialRun
 from harness.train import TRAIN_PRESETS, train
 from harness.train.dist import SINGLE, Ranks
@@ -119,9 +119,10 @@ def load(file: StudyFile, sel: Selection) -> Study:
             raise UserError(f"{file.path}: profile {profile} does not run row {r!r} (its {which}: "
                             f"{', '.join(runs_rows)}); choose one of those, or another profile.")
     seeds = sel.seeds if sel.seeds else profile_seeds(chk, prof, where, file.seeds)
+    row_seeds = {} if sel.seeds else profile_row_seeds(chk, prof, where, all_rows, seeds)
     trials = []
     for r in chosen:
-        for seed in seeds:
+        for seed in row_seeds.get(r, seeds):
             try:
                 trials.append(layers.resolve(r, seed, sel.sets))
             except (ConfigError, UserError, TypeError) as err:

@@ -199,7 +199,7 @@ def run_study(args) -> int:
         raise UserError("--tflops must be a positive rate (TFLOP/s per device) and --devices at least 1.")
     if args.dry_run:         # before the requirements: a paper profile can be costed without its GPUs or data
         print(f"{study.path}: study {study.name} v{study.version}, profile {study.profile}, "
-              f"{len(study.trials)} trials ({len(study.rows)} rows x {len(study.seeds)} seeds)")
+              f"{len(study.trials)} trials ({len(study.rows)} rows, seeds {','.join(map(str, study.seeds))})")
         KINDS[study.kind].print_trials(study, timing)
         return 0
     _check_requirements(study)

@@ -31,7 +31,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
-                "seeds", "base", "rows", "only_rows", "skip_rows"}
+                "seeds", "row_seeds", "base", "rows", "only_rows", "skip_rows"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
@@ -220,6 +220,24 @@ def profile_seeds(chk: Checker, prof: dict, where: str, study_seeds: list[int]) 
     return [chk.integer(x, f"{where}.seeds", 0) for x in prof["seeds"]]
 
 
+def profile_row_seeds(chk: Checker, prof: dict, where: str, rows: list[str], seeds: list[int]) -> dict[str, list[int]]:
+    """A profile's `row_seeds: {row: [seeds]}`: rows that run only some of the profile's seeds (a row no claim
+    needs an interval of, where three seeds would cost too much); --seeds overrides it."""
+    out = {}
+    spec = prof.get("row_seeds", {})
+    if not isinstance(spec, dict):
+        chk.fail(f"{where}.row_seeds", f"must map rows to lists of seeds, got {spec!r}.")
+    for row, value in spec.items():
+        if row not in rows:
+            chk.fail(f"{where}.row_seeds.{row}", f"is not a row of the study; its rows: {', '.join(rows)}.")
+        if not isinstance(value, list) or not value:
+            chk.fail(f"{where}.row_seeds.{row}", f"must be a non-empty list of integers, got {value!r}.")
+        out[row] = [chk.integer(x, f"{where}.row_seeds.{row}", 0) for x in value]
+        if not set(out[row]) <= set(seeds):
+            chk.fail(f"{where}.row_seeds.{row}", f"must be some of the profile's seeds {seeds}, got {value!r}.")
+    return out
+
+
 def scaled(value, factor):
     if isinstance(value, bool):
         return value
@@ -243,7 +261,8 @@ def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) 
     """A profile with its `include: FILE:PROFILE` resolved: the named profile of another study file (FILE
     relative to this one; it may include in turn) is the start, and this profile's own settings are laid
     over it section by section (scale, model, train, data, resources, requires: key by key; the rest whole).
-    The included profile's `rows`, `only_rows` and `skip_rows` are left behind: they name rows of the other study."""
+    The included profile's `rows`, `only_rows`, `skip_rows` and `row_seeds` are left behind: they name rows of the
+    other study."""
     if "include" not in prof:
         return prof
     ref = prof["include"]
@@ -268,6 +287,7 @@ def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) 
     merged.pop("rows", None)    # a profile's overrides of single rows belong to its own study's rows
     merged.pop("only_rows", None)
     merged.pop("skip_rows", None)
+    merged.pop("row_seeds", None)
     for key, value in prof.items():
         if key == "include":
             continue

@@ -61,17 +61,26 @@ class TrainConfig:
     decay_times: int = 4               # constant_decay: how many times it is multiplied by decay_factor
     decay_factor: float = 0.5
     clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
+    # The made-up corpus only: score this many sentences' subject-verb agreements as contrastive pairs after
+    # training (harness/probes/agreement.py; §4's long-range argument), logged as agree_* metrics (0: none).
+    agreement_sentences: int = 0
+    # A quality curve beside the dev PPL: every eval_every steps and at the last, greedy-decode the first this
+    # many dev sentences and log their tokenized BLEU (curve_bleu) with the target tokens and seconds trained
+    # so far (curve_tokens, curve_seconds): dev BLEU against training FLOPs and wall time (0: no curve).
+    curve_bleu_sentences: int = 0
 
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
-                                              "decay_times", "decay_factor", "clip_norm")
+                                              "decay_times", "decay_factor", "clip_norm",
+                                              "agreement_sentences", "curve_bleu_sentences")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
-        for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra"):
+        for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
+                     "agreement_sentences", "curve_bleu_sentences"):
             if getattr(self, name) < 0:
                 raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -7,17 +7,21 @@ import json
 import time
 from pathlib import Path
 
+from harness.data.corpus import DataConfig
 from harness.eval.evaluate import evaluate, perplexity
+from harness.probes.agreement import agreement_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs
 from harness.train.config import TrainConfig
 
 
-def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer) -> tuple[dict, list]:
+def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer,
+                  data_cfg: DataConfig | None = None) -> tuple[dict, list]:
     """Average the last cfg.average_last checkpoints into the model (when more than one), then score it.
     Averaged, the last checkpoint alone is scored first: its dev PPL (dev_ppl_last) and, with eval_test, the
-    whole test evaluation (the test_*_last metrics)."""
+    whole test evaluation (the test_*_last metrics). With cfg.agreement_sentences, the final weights also
+    score the made-up corpus's agreement contrasts (agree_* metrics)."""
     eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained,
@@ -37,17 +41,20 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     if cfg.eval_test:
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
         metrics.update(test_metrics)
+    if cfg.agreement_sentences and data_cfg is not None:
+        metrics.update(agreement_metrics(model, data.tokenizer, data_cfg, cfg.agreement_sentences, device,
+                                         cfg.max_tokens, autocast))
     metrics.update(last_metrics)
     metrics["averaged_checkpoints"] = averaged
     return metrics, hyps
 
 
 def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, out: Path, run: dict,
-           is_main: bool = True) -> dict:
+           is_main: bool = True, data_cfg: DataConfig | None = None) -> dict:
     """The final metrics: the evaluation's, then `run` (what the loop measured), then the corpus's.
     The main rank writes metrics.json and the first 50 dev translations."""
     t_eval = time.perf_counter()
-    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt)
+    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg)
     train_data = data.train.data
     averaged = metrics.pop("averaged_checkpoints")
     run = dict(run)

@@ -20,8 +20,11 @@ from model.family import to_dict
 
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
-from harness.eval.evaluate import perplexity
+from harness.data.batching import ParallelData
+from harness.eval.bleu import tokenized_bleu
+from harness.eval.evaluate import perplexity, translate
 from harness.io import atomic_write, check_writable
+from harness.probes.agreement import check_agreement_data
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
@@ -96,6 +99,8 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     if word_positions and cfg.pack:          # refused before anything is read or written
         raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
                         "set train.pack false.")
+    if cfg.agreement_sentences:              # the agreement probe needs the made-up corpus: refused before training
+        check_agreement_data(data_cfg)
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
@@ -155,6 +160,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             if log.should_eval(step) and ranks.is_main:
                 log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)})
                 model.train()
+            if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
+                log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
+                                  "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
+                model.train()
             ckpt.maybe_save(step, model, opt, stream.state_dict(), clock)
     ckpt.save_final(step, model, opt, stream.state_dict(), clock)
     log.close()
@@ -163,7 +172,18 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     return finish(model, data, cfg, device, autocast, ckpt, out, {
         "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
         "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
-        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps})
+        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps},
+        data_cfg=data_cfg)
+
+
+def curve_bleu(model, data: Dataset, cfg: TrainConfig, device, autocast) -> float:
+    """Tokenized BLEU of greedy translations of the first cfg.curve_bleu_sentences dev sentences: a learning
+    curve's point, cheap enough to take at every evaluation (the final BLEU is the beam search's)."""
+    n = min(cfg.curve_bleu_sentences, len(data.dev.data))
+    subset = ParallelData(data.dev.data.src_ids[:n], data.dev.data.tgt_ids[:n])
+    hyps = translate(model, data.tokenizer, subset, device, beam_size=1, alpha=cfg.alpha, max_extra=cfg.max_extra,
+                     max_tokens=cfg.max_tokens, autocast=autocast)
+    return tokenized_bleu(hyps, data.dev.tgt_text[:n], lang=data.tgt_lang, moses=str(cfg.bleu_moses)).score
 
 
 def clock_metrics(clock: dict, step: int) -> dict:

@@ -29,7 +29,7 @@ from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
 
 
-def _run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
+def run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
     path = run_dir / "config.json"
     if not path.is_file():
         raise UserError(f"{run_dir}: no config.json; pass the directory of a finished run (what `train --out` or a "
@@ -99,7 +99,7 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     or `{split}_f1` ... (parsing; `{split}_f1_constrained` too where the run decoded under the tree
     constraint or `constrained` asks for it)."""
     run_dir, data_dir = Path(run_dir), Path(data_dir)
-    model_cfg, train_cfg, data_cfg = _run_config(run_dir)
+    model_cfg, train_cfg, data_cfg = run_config(run_dir)
     weights, paths = final_weights(run_dir, train_cfg.average_last, checkpoint)
     tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
     if tokenizer.vocab_size != model_cfg.vocab_size:
