@@ -214,8 +214,22 @@ def _cmd_probe_scaling(args) -> int:
 
 
 def _cmd_probe_agreement(args) -> int:
-    from harness.probes.agreement import main as agreement_main
-    return agreement_main(args)
+    from harness.eval.agreement import BUCKETS, LONG_FROM, bucket_label, bucket_name, wilson
+    from harness.train.rescore import agreement_of_run
+    metrics, averaged = agreement_of_run(args.run_dir, args.sentences, args.device)
+    if args.json:
+        print(json.dumps(metrics))
+        return 0
+    print(f"{args.run_dir}: {metrics['agree_pairs']} contrastive pairs from {args.sentences} sentences "
+          f"({averaged} checkpoint{'s' * (averaged > 1)} averaged)")
+    print(f"{'distance':>9} {'pairs':>6} {'accuracy %':>11} {'95 % interval':>16}")
+    rows = [(bucket_label(lo, hi), f"_{bucket_name(lo, hi)}") for lo, hi in BUCKETS] + \
+        [(f"{LONG_FROM}+ (long)", "_long"), ("all", "")]
+    for label, name in rows:
+        acc, n = metrics[f"agree_acc{name}"], metrics[f"agree_n{name}" if name else "agree_pairs"]
+        lo, hi = wilson(acc, n)
+        print(f"{label:>9} {n:>6} {acc:>11.1f} {f'{lo:.1f} to {hi:.1f}':>16}")
+    return 0
 
 
 def _cmd_probe_cost(args) -> int:

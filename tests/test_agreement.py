@@ -1,5 +1,5 @@
 """§4's long-distance agreement, measured: the made-up corpus's contrastive pairs (harness/data/synth.py
-agreement_pairs), their scoring by forced decoding (harness/probes/agreement.py), the claims that compare two rows
+agreement_pairs), their scoring by forced decoding (harness/eval/agreement.py), the claims that compare two rows
 on two metrics at once ("beats it at less cost"), and Table 2's sections on agreement and quality against compute."""
 
 import json
@@ -13,7 +13,7 @@ from mlflow.entities import Metric
 from harness.cli import main
 from harness.data.corpus import DataConfig
 from harness.data.synth import Marked, SynthConfig, _stream, agreement_pairs, lexicon, synth_config
-from harness.probes.agreement import BUCKETS, bucket_name, sequence_logprobs, summarize, wilson
+from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summarize, wilson
 from harness.report import claims
 from harness.report.rivals import at_budget
 from harness.report.writers import write_report

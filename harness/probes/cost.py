@@ -58,12 +58,13 @@ def main(as_json: bool = False) -> int:
     return 0
 
 
-def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25, repeats: int = 3) -> float:
+def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25, repeats: int = 3,
+                            make_optimizer=None) -> float:
     """Seconds per optimizer update of this model at its schedule's batch, measured on `device`: the update's
     target tokens (train.batch_tokens, in micro-batches of train.max_tokens) as random sentences of
-    sentence_len tokens each side, bf16 autocast on CUDA when train.amp, the row's optimizer (fused Adam, or
-    SGD); two warm-up updates, then the median of `repeats`. What `run --dry-run --measure` multiplies by each
-    trial's steps. Any model family (model.build_model)."""
+    sentence_len tokens each side, bf16 autocast on CUDA when train.amp, the row's optimizer
+    (make_optimizer(params, train_cfg), the trainer's; fused Adam when None); two warm-up updates, then the
+    median of `repeats`. What `run --dry-run --measure` multiplies by each trial's steps. Any model family."""
     import contextlib
     import math
     import statistics
@@ -72,12 +73,11 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
     import torch
 
     from model import build_model
-
-    from harness.train.config import make_optimizer
     device = torch.device(device)
     torch.manual_seed(0)
     model = build_model(model_cfg).to(device).train()
-    opt = make_optimizer(model.parameters(), train_cfg)
+    opt = make_optimizer(model.parameters(), train_cfg) if make_optimizer else \
+        torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
     for group in opt.param_groups:
         group["lr"] = 1e-4            # small: random tokens, and timing only
     accum = max(1, math.ceil(train_cfg.batch_tokens / train_cfg.max_tokens))

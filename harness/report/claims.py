@@ -43,7 +43,7 @@ METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bl
            "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
            "path_formula": ("path_formula_max_n", None),
            # Table 2's rivals: the training cost counted (FLOPs), and the agreement contrasts' accuracy (%) over
-           # the pairs at least 4 target words apart (harness/probes/agreement.py).
+           # the pairs at least 4 target words apart (harness/eval/agreement.py).
            "train_flops": ("train_flops", None), "agree_long": ("agree_acc_long", None)}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,

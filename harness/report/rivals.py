@@ -1,6 +1,6 @@
 """Table 2's rival families in the report: quality against compute (dev BLEU curves against counted training
 FLOPs and wall time, and the BLEU each row reaches at equal compute), and long-distance agreement by distance
-(harness/probes/agreement.py's metrics), each with its plot. Plain pandas and matplotlib: reads MLflow only."""
+(harness/eval/agreement.py's metrics), each with its plot. Plain pandas and matplotlib: reads MLflow only."""
 
 from __future__ import annotations
 

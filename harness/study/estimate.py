@@ -48,12 +48,13 @@ def trial_seconds(trial: Trial, flops: float, timing: Timing, workers: int, cach
     if timing.tflops:
         return flops / (timing.tflops * 1e12) / workers
     from harness.probes.cost import measured_update_seconds
+    from harness.train.config import make_optimizer
     from harness.train.device import resolve_device
     model_cfg, train_cfg = trial.model, trial.train
-    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp)
+    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp, train_cfg.optimizer)
     if key not in cache:
         cache[key] = measured_update_seconds(model_cfg, train_cfg, resolve_device(train_cfg.device),
-                                             ASSUMED_SENTENCE_LEN)
+                                             ASSUMED_SENTENCE_LEN, make_optimizer=make_optimizer)
     return cache[key] * train_cfg.steps / workers
 
 

@@ -62,7 +62,7 @@ class TrainConfig:
     decay_factor: float = 0.5
     clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
     # The made-up corpus only: score this many sentences' subject-verb agreements as contrastive pairs after
-    # training (harness/probes/agreement.py; §4's long-range argument), logged as agree_* metrics (0: none).
+    # training (harness/eval/agreement.py; §4's long-range argument), logged as agree_* metrics (0: none).
     agreement_sentences: int = 0
     # A quality curve beside the dev PPL: every eval_every steps and at the last, greedy-decode the first this
     # many dev sentences and log their tokenized BLEU (curve_bleu) with the target tokens and seconds trained

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.data.corpus import DataConfig
 from harness.eval.evaluate import evaluate, perplexity
-from harness.probes.agreement import agreement_metrics
+from harness.eval.agreement import agreement_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs

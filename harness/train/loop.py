@@ -24,7 +24,7 @@ from harness.data.batching import ParallelData
 from harness.eval.bleu import tokenized_bleu
 from harness.eval.evaluate import perplexity, translate
 from harness.io import atomic_write, check_writable
-from harness.probes.agreement import check_agreement_data
+from harness.eval.agreement import check_agreement_data
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss

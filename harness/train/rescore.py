@@ -23,6 +23,7 @@ from harness.data.parse import parse_pairs, parse_symbols
 from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
+from harness.eval.agreement import agreement_metrics, check_agreement_data
 from harness.eval.evaluate import evaluate
 from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
 from harness.train.config import TrainConfig
@@ -90,6 +91,23 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
     data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
     suffix = tgt_path.suffix.lstrip(".")
     return Split(src, tgt, data), suffix if suffix in ("de", "fr") else "de"
+
+
+def agreement_of_run(run_dir: str | Path, sentences: int, device: str = "auto") -> tuple[dict, int]:
+    """The agreement contrasts (harness/eval/agreement.py) scored by a finished run's final weights, as the run
+    itself scores them with train.agreement_sentences: (the agree_* metrics, checkpoints averaged)."""
+    run_dir = Path(run_dir)
+    if sentences < 1:
+        raise UserError(f"--sentences {sentences}: give a whole number of sentences, at least 1.")
+    model_cfg, train_cfg, data_cfg = run_config(run_dir)
+    check_agreement_data(data_cfg)                  # refused before any weights are read
+    weights, paths = final_weights(run_dir, train_cfg.average_last)
+    tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
+    dev = resolve_device(device)
+    model = build_model(model_cfg).to(dev)
+    model.load_state_dict(weights)
+    return agreement_metrics(model, tokenizer, data_cfg, sentences, dev, train_cfg.max_tokens,
+                             autocast_for(dev, train_cfg.amp)), len(paths)
 
 
 def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto",

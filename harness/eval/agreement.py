@@ -21,10 +21,7 @@ up need the model to carry the subject's features over a phrase or a clause.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-from pathlib import Path
 
 import torch
 
@@ -127,37 +124,3 @@ def wilson(acc_percent: float, n: int) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return 100.0 * (centre - half), 100.0 * (centre + half)
-
-
-def main(args: argparse.Namespace) -> int:
-    from model import build_model
-
-    from harness.train.device import autocast_for, resolve_device
-    from harness.train.rescore import run_config, final_weights, run_tokenizer
-    run_dir = Path(args.run_dir)
-    if args.sentences < 1:
-        raise UserError(f"--sentences {args.sentences}: give a whole number of sentences, at least 1.")
-    model_cfg, train_cfg, data_cfg = run_config(run_dir)
-    pairs = contrastive_pairs(data_cfg, args.sentences)      # refused before any weights are read
-    weights, paths = final_weights(run_dir, train_cfg.average_last)
-    tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
-    device = resolve_device(args.device)
-    model = build_model(model_cfg).to(device)
-    model.load_state_dict(weights)
-    pairs, correct = score_pairs(model, tokenizer, pairs, device, train_cfg.max_tokens,
-                                 autocast_for(device, train_cfg.amp), model_cfg.max_len)
-    metrics = summarize(pairs, correct)
-    if args.json:
-        print(json.dumps(metrics))
-        return 0
-    print(f"{run_dir}: {metrics['agree_pairs']} contrastive pairs from {args.sentences} sentences "
-          f"({len(paths)} checkpoint{'s' * (len(paths) > 1)} averaged)")
-    print(f"{'distance':>9} {'pairs':>6} {'accuracy %':>11} {'95 % interval':>16}")
-    rows = [(bucket_label(lo, hi), bucket_name(lo, hi)) for lo, hi in BUCKETS] + \
-        [(f"{LONG_FROM}+ (long)", "long"), ("all", "")]
-    for label, name in rows:
-        acc = metrics[f"agree_acc_{name}" if name else "agree_acc"]
-        n = metrics[f"agree_n_{name}" if name else "agree_pairs"]
-        lo, hi = wilson(acc, n)
-        print(f"{label:>9} {n:>6} {acc:>11.1f} {f'{lo:.1f} to {hi:.1f}':>16}")
-    return 0
