@@ -128,3 +128,42 @@ def test_compare_names_the_missing_term(monkeypatch):
     res = flops.compare(SMALL, B, S, T)
     assert not res["agree"] and res["ratios"]["fvcore"] < 0.98
     assert "scaled_dot_product_attention" in res["why"] and "attention MACs" in res["why"]
+
+
+@pytest.mark.parametrize("changes", [{}, {"share_embeddings": False}, {"attention": "luong"},
+                                     {"n_enc_layers": 2, "n_dec_layers": 1}, {"n_enc_layers": 5, "d_model": 24}])
+def test_the_recurrent_rivals_parameters_match_the_formula(changes):
+    from harness.probes.flops import rnn_parameters
+    from model import build_model, count_parameters
+    from model.rnn import RNNConfig
+    cfg = RNNConfig(vocab_size=50, d_model=16, n_enc_layers=3, n_dec_layers=4, max_len=64).replace(**changes)
+    assert count_parameters(build_model(cfg)) == rnn_parameters(cfg)
+
+
+@pytest.mark.parametrize("changes", [{}, {"kernel": 5}, {"d_model": 24, "d_hidden": 40}, {"n_enc_layers": 1,
+                                                                                       "n_dec_layers": 4}])
+def test_the_convolutional_rivals_parameters_match_the_formula(changes):
+    from harness.probes.flops import conv_parameters
+    from model import build_model, count_parameters
+    from model.conv import ConvConfig
+    cfg = ConvConfig(vocab_size=50, d_model=16, d_hidden=32, n_enc_layers=3, n_dec_layers=2, max_len=64).replace(**changes)
+    assert count_parameters(build_model(cfg)) == conv_parameters(cfg)
+
+
+def test_the_table2_rivals_are_within_ten_percent_of_the_base_they_stand_against():
+    """Every profile's rival rows hold the base row's parameter count within 10 % (the formula's count)."""
+    from pathlib import Path
+
+    from harness.probes.flops import conv_parameters, rnn_parameters
+    from harness.study.estimate import parameter_count
+    from harness.study.kinds import load_study
+    for profile in ("tiny", "multi30k", "paper"):
+        trials = {t.row: t for t in load_study(Path(__file__).parents[1] / "studies" / "table2.yaml", profile).trials
+                  if t.seed == 0}
+        base = parameter_count(trials["base"])
+        for row, formula in (("gnmt", rnn_parameters), ("convs2s", conv_parameters)):
+            if row in trials:
+                n = formula(trials[row].model)
+                assert n == parameter_count(trials[row])
+                if profile != "paper":          # the paper's rivals are their own papers' sizes
+                    assert abs(n / base - 1) <= 0.10, (profile, row, n, base)

@@ -534,11 +534,13 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
     t2 = load_study(ROOT / "studies" / "table2.yaml", "multi30k")
     found = {d["key"]: {(json.dumps(v["ours"]), json.dumps(v["paper"])): v["rows"] for v in d["values"]}
              for d in departures(t2)}
-    assert found["model.vocab_size"] == {("8000", "37000"): ["base", "big"], ("8000", "32000"): ["base_enfr", "big_enfr"]}
+    en_de = ["base", "big", "gnmt", "convs2s"]          # the rivals train on EN-DE
+    assert found["model.vocab_size"] == {("8000", "37000"): en_de, ("8000", "32000"): ["base_enfr", "big_enfr"]}
     assert found["train.steps"][("2000", "300000")] == ["big", "big_enfr"]       # big trains the base's steps
-    assert found["data.name"][('"data/multi30k-en-de"', '"data/wmt14-en-de"')] == ["base", "big"]
+    assert found["data.name"][('"data/multi30k-en-de"', '"data/wmt14-en-de"')] == en_de
     assert "model.p_drop" not in found and "train.log_every" not in found       # as the paper / operational only
-    assert "model.n_enc_layers" not in found and found["model.n_layers"] == {("3", "6"): t2.rows}
+    assert found["model.n_layers"] == {("3", "6"): ["base", "big", "base_enfr", "big_enfr"]}   # the Transformers'
+    assert found["model.n_enc_layers"] == {("4", "8"): ["gnmt"], ("5", "15"): ["convs2s"]}     # the rivals' own
     assert departures(load_study(ROOT / "studies" / "table2.yaml", "paper")) == []
     rivals = {d["key"]: d for d in departures(load_study(ROOT / "studies" / "table2.yaml", "tiny"))}
     widths = {(v["ours"], v["paper"]): v["rows"] for v in rivals["model.d_model"]["values"]}
@@ -550,8 +552,10 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
     tag = departures_tag(load_study(ROOT / "studies" / "table3.yaml", "tiny"))["departures"]
     assert len(tag) < 8000 and json.loads(tag)
     lines = departure_lines({"departures": departures_tag(t2)["departures"]}, ",".join(t2.rows))
-    assert "- `model.n_layers`: 3 (paper 6)" in lines                  # every row: no row list
-    assert "- `train.steps`: 2000 (paper 100000) in base, base_enfr; 2000 (paper 300000) in big, big_enfr" in lines
+    assert "- `model.n_layers`: 3 (paper 6) in base, big, base_enfr, big_enfr" in lines     # the rivals have none
+    assert "- `train.steps`: 2000 (paper 100000) in base, base_enfr, convs2s; 2000 (paper 300000) in big, big_enfr; " \
+        "2000 (paper 340000) in gnmt" in lines
+    assert "- `train.max_tokens`: 2048 (paper 25000)" in lines        # every row: no row list
 
 
 def test_a_real_data_profile_without_its_data_says_how_to_prepare_it(tmp_path, monkeypatch):

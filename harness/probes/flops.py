@@ -112,6 +112,36 @@ def rnn_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
     }
 
 
+def rnn_parameters(cfg) -> int:
+    """The recurrent rival's parameters by formula (model/rnn.py). An LSTM of input width n and d units holds
+    W_ih (4d x n), W_hh (4d x d) and two biases of 4d; the embeddings and the output projection are one V x d
+    table when shared, three otherwise."""
+    d, V = cfg.d_model, cfg.vocab_size
+
+    def lstm(n_in: int) -> int:
+        return 4 * d * (n_in + d) + 8 * d
+    encoder = 2 * lstm(d) + sum(lstm(2 * d if i == 0 else d) for i in range(cfg.n_enc_layers - 1))
+    if cfg.attention == "luong":      # input feeding at the bottom; W_a, and W_c over [c; h]
+        decoder = lstm(2 * d) + (cfg.n_dec_layers - 1) * lstm(d) + d * d + 2 * d * d
+    else:                             # the context beside every layer above the bottom; W_q, W_k (+ bias), v
+        decoder = lstm(d) + (cfg.n_dec_layers - 1) * lstm(2 * d) + 2 * d * d + d + d
+    return (1 if cfg.share_embeddings else 3) * V * d + encoder + decoder
+
+
+def conv_parameters(cfg) -> int:
+    """The convolutional rival's parameters by formula (model/conv.py). Weight normalisation keeps a direction
+    (the weight's shape) and a gain per output unit; every layer but the output projection has a bias. Token and
+    position tables on both sides, unshared."""
+    e, d, k, V, L = cfg.d_model, cfg.d_hidden, cfg.kernel, cfg.vocab_size, cfg.max_len
+
+    def linear(n_in: int, n_out: int) -> int:
+        return n_out * (n_in + 2)
+    conv = 2 * d * (d * k + 2)                                  # d channels in, 2d out (the GLU's halves)
+    encoder = linear(e, d) + linear(d, e) + cfg.n_enc_layers * conv
+    decoder = linear(e, d) + cfg.n_dec_layers * (conv + linear(d, e) + linear(e, d)) + linear(d, e)
+    return 2 * V * e + 2 * L * e + encoder + decoder + V * (e + 1)
+
+
 def conv_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
     """Forward MACs of one teacher-forced step of the convolutional rival (model/conv.py), per term: a block's
     convolution maps d_hidden channels to 2 d_hidden (the GLU's halves) over k taps at every position."""
