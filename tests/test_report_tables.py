@@ -351,4 +351,4 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
     assert "| **base_enfr** (ours) | EN-FR | test_2016_flickr | 50.00 | 47.00 |" in lit
     assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
     assert "not comparable with the paper's newstest2014" in text and "trained on the made-up corpus" not in text
-    assert "- `model.vocab_size`: 8000 (paper 37000) in base, big; 8000 (paper 32000) in base_enfr, big_enfr" in text
+    assert "- `model.vocab_size`: 8000 (paper 37000) in base, big, gnmt, convs2s; 8000 (paper 32000) in base_enfr, big_enfr" in text
