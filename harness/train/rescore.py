@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -93,21 +94,44 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
     return Split(src, tgt, data), suffix if suffix in ("de", "fr") else "de"
 
 
-def agreement_of_run(run_dir: str | Path, sentences: int, device: str = "auto") -> tuple[dict, int]:
-    """The agreement contrasts (harness/eval/agreement.py) scored by a finished run's final weights, as the run
-    itself scores them with train.agreement_sentences: (the agree_* metrics, checkpoints averaged)."""
-    run_dir = Path(run_dir)
-    if sentences < 1:
-        raise UserError(f"--sentences {sentences}: give a whole number of sentences, at least 1.")
+class LoadedRun(NamedTuple):
+    """A finished run's final weights in its model, with what scoring them needs."""
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    train: TrainConfig
+    data: DataConfig
+    device: torch.device
+    checkpoints: list[Path]      # the checkpoints averaged into the weights (or the one of --checkpoint)
+
+
+def load_run(run_dir: Path, device: str = "auto", checkpoint: int | None = None,
+             check_data: Callable[[DataConfig], None] | None = None) -> LoadedRun:
+    """The run's final weights (final_weights) in its model, its own tokenizer, its settings; check_data refuses
+    a run's data before any weights are read."""
     model_cfg, train_cfg, data_cfg = run_config(run_dir)
-    check_agreement_data(data_cfg)                  # refused before any weights are read
-    weights, paths = final_weights(run_dir, train_cfg.average_last)
+    if check_data is not None:
+        check_data(data_cfg)
+    weights, paths = final_weights(run_dir, train_cfg.average_last, checkpoint)
     tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
+    if tokenizer.vocab_size != model_cfg.vocab_size:
+        raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
+                        "the run's training data changed since it ran.")
     dev = resolve_device(device)
     model = build_model(model_cfg).to(dev)
     model.load_state_dict(weights)
-    return agreement_metrics(model, tokenizer, data_cfg, sentences, dev, train_cfg.max_tokens,
-                             autocast_for(dev, train_cfg.amp)), len(paths)
+    if getattr(model_cfg, "word_positions", False):
+        model.mark_words(*tokenizer.word_marks())
+    return LoadedRun(model, tokenizer, train_cfg, data_cfg, dev, paths)
+
+
+def agreement_of_run(run_dir: str | Path, sentences: int, device: str = "auto") -> tuple[dict, int]:
+    """The agreement contrasts (harness/eval/agreement.py) scored by a finished run's final weights, as the run
+    itself scores them with train.agreement_sentences: (the agree_* metrics, checkpoints averaged)."""
+    if sentences < 1:
+        raise UserError(f"--sentences {sentences}: give a whole number of sentences, at least 1.")
+    run = load_run(Path(run_dir), device, check_data=check_agreement_data)
+    return agreement_metrics(run.model, run.tokenizer, run.data, sentences, run.device, run.train.max_tokens,
+                             autocast_for(run.device, run.train.amp)), len(run.checkpoints)
 
 
 def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto",
@@ -116,25 +140,16 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     `data_dir`, keyed `{split}_ppl`, `{split}_bleu`, `{split}_bleu_tok`, `{split}_bleu_tok_lc` (translation)
     or `{split}_f1` ... (parsing; `{split}_f1_constrained` too where the run decoded under the tree
     constraint or `constrained` asks for it)."""
-    run_dir, data_dir = Path(run_dir), Path(data_dir)
-    model_cfg, train_cfg, data_cfg = run_config(run_dir)
-    weights, paths = final_weights(run_dir, train_cfg.average_last, checkpoint)
-    tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
-    if tokenizer.vocab_size != model_cfg.vocab_size:
-        raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
-                        "the run's training data changed since it ran.")
-    data, lang = read_split(data_dir, split, data_cfg.task, tokenizer, model_cfg.max_len, data_cfg.parse_tags)
-    dev = resolve_device(device)
-    model = build_model(model_cfg).to(dev)
-    model.load_state_dict(weights)
-    if getattr(model_cfg, "word_positions", False):
-        model.mark_words(*tokenizer.word_marks())
-    metrics, _ = evaluate(model, tokenizer, data, dev, prefix=split, beam_size=train_cfg.beam_size,
+    run = load_run(Path(run_dir), device, checkpoint)
+    train_cfg = run.train
+    data, lang = read_split(Path(data_dir), split, run.data.task, run.tokenizer, run.model.cfg.max_len,
+                            run.data.parse_tags)
+    metrics, _ = evaluate(run.model, run.tokenizer, data, run.device, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
-                          bleu_sentences=None, autocast=autocast_for(dev, train_cfg.amp),
+                          bleu_sentences=None, autocast=autocast_for(run.device, train_cfg.amp),
                           constrained=train_cfg.constrained or constrained, lang=lang, moses=str(train_cfg.bleu_moses))
     metrics[f"{split}_sentences"] = len(data.data)
-    metrics[f"{split}_checkpoints_averaged"] = len(paths)
+    metrics[f"{split}_checkpoints_averaged"] = len(run.checkpoints)
     if checkpoint is not None:
         metrics[f"{split}_checkpoint_step"] = checkpoint
     return metrics
