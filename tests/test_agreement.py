@@ -107,11 +107,11 @@ def test_forced_decoding_logprobs_equal_each_familys_own_loss():
                            p_drop=0.0)):
         torch.manual_seed(0)
         model = build_model(cfg).eval()
-        got = sequence_logprobs(model, tok, src, tgt, cpu, 4000, autocast_for(cpu, False))
+        got = sequence_logprobs(model, tok.encode(src), tok.encode(tgt), cpu, 4000, autocast_for(cpu, False))
         with torch.no_grad():
             _, nll, _ = model.loss(b.src, b.tgt_in, b.tgt_out, 0.0)
         assert sum(got) == pytest.approx(-float(nll), rel=1e-5), cfg.family
-        alone = sequence_logprobs(model, tok, src[1:], tgt[1:], cpu, 4000, autocast_for(cpu, False))
+        alone = sequence_logprobs(model, tok.encode(src[1:]), tok.encode(tgt[1:]), cpu, 4000, autocast_for(cpu, False))
         assert alone[0] == pytest.approx(got[1], rel=1e-5, abs=1e-4)      # padding in the batch changes nothing
 
 

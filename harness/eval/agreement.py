@@ -32,7 +32,6 @@ from harness.errors import UserError
 
 BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, None))   # target words apart, inclusive
 LONG_FROM = 4
-SENTENCES = 2000     # contrastive sentences a trial scores by default (about 4,000 pairs at the tiny profile)
 
 
 def bucket_name(lo: int, hi: int | None) -> str:
@@ -57,12 +56,12 @@ def contrastive_pairs(data_cfg: DataConfig, n_sentences: int):
 
 
 @torch.no_grad()
-def sequence_logprobs(model, tokenizer: Tokenizer, src: list[str], tgt: list[str], device: torch.device,
+def sequence_logprobs(model, src_ids: list[list[int]], tgt_ids: list[list[int]], device: torch.device,
                       max_tokens: int, autocast) -> list[float]:
-    """log p(tgt | src) of each pair under the model, EOS included: teacher-forced (forced decoding)."""
+    """log p(tgt | src) of each encoded pair under the model, EOS included: teacher-forced (forced decoding)."""
     model.eval()
-    data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt))
-    out = [0.0] * len(src)
+    data = ParallelData(src_ids, tgt_ids)
+    out = [0.0] * len(src_ids)
     for index in token_batches(data.src_lens, data.tgt_lens, max_tokens):
         b = data.collate(index).to(device)
         with autocast():
@@ -82,11 +81,10 @@ def score_pairs(model, tokenizer: Tokenizer, pairs, device: torch.device, max_to
     fits = lambda s: len(s) < max_len  # noqa: E731
     src_ids, ref_ids, alt_ids = (tokenizer.encode([getattr(p, k) for p in pairs]) for k in ("src", "ref", "alt"))
     kept = [i for i in range(len(pairs)) if fits(src_ids[i]) and fits(ref_ids[i]) and fits(alt_ids[i])]
-    pairs = [pairs[i] for i in kept]
-    src = [p.src for p in pairs]
-    ref = sequence_logprobs(model, tokenizer, src, [p.ref for p in pairs], device, max_tokens, autocast)
-    alt = sequence_logprobs(model, tokenizer, src, [p.alt for p in pairs], device, max_tokens, autocast)
-    return pairs, [r > a for r, a in zip(ref, alt)]
+    src = [src_ids[i] for i in kept]
+    ref = sequence_logprobs(model, src, [ref_ids[i] for i in kept], device, max_tokens, autocast)
+    alt = sequence_logprobs(model, src, [alt_ids[i] for i in kept], device, max_tokens, autocast)
+    return [pairs[i] for i in kept], [r > a for r, a in zip(ref, alt)]
 
 
 def summarize(pairs, correct: list[bool]) -> dict:
