@@ -790,11 +790,6 @@ class _Grammar:
         return src, tree, self.t_finish(tgt)
 
 
-def _make_sentence(cfg: SynthConfig) -> Callable[[Callable[[], float]], tuple[list, str, list]]:
-    """Returns sentence(rng.random) -> (src tokens, tree, tgt tokens)."""
-    return _Grammar(cfg).sentence
-
-
 # ------------------------------------------------------------------------------------------ public API
 def _check_int(name: str, value, lo: int, hi: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
@@ -822,13 +817,19 @@ def _check_cfg(cfg: SynthConfig) -> None:
         raise UserError(f"SynthConfig.zipf_s must be between 0 and 3, not {cfg.zipf_s!r}.")
 
 
-def _stream(n: int, seed: int, stream: int, cfg: SynthConfig, start: int = 0) -> Iterator[Example]:
-    sentence = _make_sentence(cfg)
+def _sentences(n: int, seed: int, stream: int, cfg: SynthConfig, start: int = 0,
+               annotate: bool = False) -> Iterator[tuple[list, str, list]]:
+    """Sentences start..start+n-1 of `stream` as (src tokens, tree, tgt tokens), each from its own seeded state."""
+    sentence = _Grammar(cfg, annotate).sentence
     rng = random.Random()
     base = (seed << 40) | (stream << 32)  # i < 2**32: every (seed, stream, i) gets its own state
     for i in range(start, start + n):
         rng.seed(base | i)
-        src, tree, tgt = sentence(rng.random)
+        yield sentence(rng.random)
+
+
+def _stream(n: int, seed: int, stream: int, cfg: SynthConfig, start: int = 0) -> Iterator[Example]:
+    for src, tree, tgt in _sentences(n, seed, stream, cfg, start):
         yield Example(" ".join(src), " ".join(tgt), tree)
 
 
@@ -864,13 +865,8 @@ def agreement_pairs(n_sentences: int, seed: int, cfg: SynthConfig = SynthConfig(
     _check_int("the number of sentences", n_sentences, 1, MAX_PAIRS)
     _check_int("the seed", seed, 0)
     _check_cfg(cfg)
-    grammar = _Grammar(cfg, annotate=True)
-    rng = random.Random()
-    base = (seed << 40) | (stream << 32)
     out = []
-    for i in range(n_sentences):
-        rng.seed(base | i)
-        src, _, tgt = grammar.sentence(rng.random)
+    for src, _, tgt in _sentences(n_sentences, seed, stream, cfg, annotate=True):
         at = {id(t): k for k, t in enumerate(tgt) if isinstance(t, Marked)}
         src_text, ref = " ".join(src), " ".join(tgt)
         for k, word in enumerate(tgt):
