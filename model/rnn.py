@@ -23,7 +23,7 @@ The module has the interface of `model.family.Seq2SeqModel`; `register("rnn", ..
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
@@ -48,6 +48,9 @@ class RNNConfig:
     p_drop: float = 0.2              # dropout on each layer's input and on the embeddings (tf/nmt's gnmt: 0.2)
     share_embeddings: bool = True    # source, target and pre-softmax weights tied, as the Transformer rows
     attention: str = "additive"      # additive (GNMT: Bahdanau, from the bottom layer) | luong (general, input feeding)
+
+    # Added after studies had run without it: left out of a trial's config hash at its default.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("attention",)
     max_len: int = 1024              # longest output the decoders may ask for (no position table)
     pad_id: int = 0
     family: RnnFamily = "rnn"

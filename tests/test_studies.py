@@ -591,6 +591,8 @@ def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     assert load_study(ROOT / "studies" / "table2.yaml", "tiny", ["base"], [0], sets=before).trials[0].config_hash \
         == "4d3f8f137ad5"
     assert load_study(ROOT / "studies" / "table2.yaml", "tiny", ["base"], [0]).trials[0].config_hash != "4d3f8f137ad5"
+    # the recurrent family's attention switch came after the gnmt rows: at its default they keep their hash
+    assert load_study(ROOT / "studies" / "table2.yaml", "paper", ["gnmt"], [0]).trials[0].config_hash == "bf72bd975516"
     other = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"model": {}, "train": {},
                                                                                        "data": {"lexicon_seed": 3}})
     assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data.lexicon_seed == 3

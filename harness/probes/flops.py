@@ -86,26 +86,17 @@ def rnn_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
 
     def lstm(n_in: int) -> int:
         return 4 * (n_in + d) * d
-    encoder = {
-        "enc_bidirectional": src * 2 * lstm(d),                            # both directions of the bottom layer
-        "enc_layers": src * sum(lstm(2 * d if i == 0 else d) for i in range(cfg.n_enc_layers - 1))}
-    if getattr(cfg, "attention", "additive") == "luong":
-        return {**encoder,
-                "dec_bottom": tgt * lstm(2 * d),                           # the embedding and the fed-back output
-                "dec_layers": tgt * (cfg.n_dec_layers - 1) * lstm(d),
-                # General attention: W_a over the source once, h_t . (W_a h_s) for every pair, the context's sum,
-                # and W_c over [c_t; h_t].
-                "attention_proj": src * d * d + tgt * 2 * d * d,
-                "attention_scores": B * T * S * d,
-                "attention_sum": B * T * S * d,
-                "out_proj": tgt * d * V}
+    luong = cfg.attention == "luong"
     return {
-        **encoder,
-        "dec_bottom": tgt * lstm(d),
-        "dec_layers": tgt * (cfg.n_dec_layers - 1) * lstm(2 * d),         # input: the layer below and the context
-        # Additive attention: W_k over the source once, W_q over the targets, v^T over every (target, source)
-        # pair, and the context's weighted sum of the memory.
-        "attention_proj": src * d * d + tgt * d * d,
+        "enc_bidirectional": src * 2 * lstm(d),                            # both directions of the bottom layer
+        "enc_layers": src * sum(lstm(2 * d if i == 0 else d) for i in range(cfg.n_enc_layers - 1)),
+        # Luong: the embedding and the fed-back output at the bottom, the layer below above it. Additive: the
+        # embedding at the bottom, the layer below and the context above it.
+        "dec_bottom": tgt * lstm(2 * d if luong else d),
+        "dec_layers": tgt * (cfg.n_dec_layers - 1) * lstm(d if luong else 2 * d),
+        # Keys over the source once (W_a, W_k); over the targets W_c on [c_t; h_t] (Luong) or W_q (additive);
+        # a score for every (target, source) pair (h_t . W_a h_s, or v^T over the sum) and the context's sum.
+        "attention_proj": src * d * d + tgt * (2 if luong else 1) * d * d,
         "attention_scores": B * T * S * d,
         "attention_sum": B * T * S * d,
         "out_proj": tgt * d * V,
