@@ -9,7 +9,9 @@ What the trainer and the decoders need of a family's module (the Transformer is 
 `Seq2SeqModel` below):
 - `cfg` (its config: `vocab_size`, `d_model` for the learning rate schedule, `pad_id`, `max_len`);
 - `loss(src, tgt_in, tgt_out, label_smoothing, hidden=None, packing=None)` -> (summed smoothed loss, summed
-  NLL, target tokens), and `hidden(src, tgt_in, packing=None)` for the compiled path;
+  NLL, target tokens), and `hidden(src, tgt_in, packing=None)` -> the target positions' final states; the
+  trainer compiles `loss_states` where a family has it (the states its loss reads, when they are more than
+  the target's: the decoder-only family's source loss), `hidden` otherwise;
 - `encode(src)` -> (memory (B, S, d), mask); `new_cache(batch, max_len, like)`; `decode_step(tokens, memory,
   mask, cache, offset, positions=None)` -> next-token logits; `reorder_cache(cache, rows)` after a beam step; `decode(tgt_in, memory, mask)` -> hidden states and
   `out_proj` for uncached decoding.
@@ -29,6 +31,7 @@ from torch import nn
 
 from .config import ConfigError, TransformerConfig, did_you_mean, replace_known
 from .conv import ConvConfig, ConvS2S
+from .decoder_only import DecoderOnly, DecoderOnlyConfig
 from .rnn import RNNConfig, RNNSeq2Seq
 from .transformer import Transformer
 
@@ -94,6 +97,8 @@ register("rnn", RNNConfig, RNNSeq2Seq,
          "additive attention from the bottom decoder layer fed to every layer above)")
 register("conv", ConvConfig, ConvS2S,
          "the convolutional rival: ConvS2S (Gehring et al. 2017), gated convolutions with multi-step attention")
+register("decoder_only", DecoderOnlyConfig, DecoderOnly,
+         "today's shape: one stack of the Transformer's blocks over source <sep> target, PrefixLM or CausalLM")
 
 
 def get_family(name: str) -> Family:

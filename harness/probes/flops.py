@@ -150,11 +150,52 @@ def conv_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
     }
 
 
+def _block_sizes(cfg) -> tuple[int, int]:
+    """Per token, the MACs of one self-attention's projections and of one FFN (as `analytic_terms`)."""
+    d, h, h_kv, d_k, d_v = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_k, cfg.d_v
+    return d * (h * d_k + h_kv * d_k + h_kv * d_v) + h * d_v * d, (3 if cfg.ffn == "swiglu" else 2) * d * cfg.d_ff
+
+
+def decoder_only_analytic_terms(cfg, B: int, S: int, T: int) -> dict[str, int]:
+    """Forward MACs of one teacher-forced step of the decoder-only family (model/decoder_only.py), per term:
+    every block runs over source and target together, S + T positions, and its attention scores the whole
+    (S + T) x (S + T) square (SDPA computes it whatever the mask, as for the encoder-decoder's causal
+    self-attention). Logits for the target, and for the source with source_loss (S - 1 predictions)."""
+    proj, ffn = _block_sizes(cfg)
+    L, n = S + T, cfg.n_layers
+    predicted = B * T + (B * (S - 1) if cfg.source_loss else 0)
+    return {
+        "self_proj": n * B * L * proj,
+        "self_attn": n * B * cfg.n_heads * L * L * (cfg.d_k + cfg.d_v),
+        "ffn": n * B * L * ffn,
+        "out_proj": predicted * cfg.d_model * cfg.vocab_size,
+    }
+
+
+def decoder_only_parameters(cfg) -> int:
+    """The decoder-only family's parameters by formula: one token table (also the output projection when
+    shared), learned positions where set, and per block the fused Q/K/V and output projections with biases,
+    the FFN with biases and two norms (LayerNorm: weight and bias; RMSNorm: weight), a final norm when pre-norm."""
+    d, h, h_kv, d_k, d_v, V = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_k, cfg.d_v, cfg.vocab_size
+    qkv = h * d_k + h_kv * d_k + h_kv * d_v
+    attention = d * qkv + qkv + h * d_v * d + d
+    gates = 2 if cfg.ffn == "swiglu" else 1
+    ffn = gates * (d * cfg.d_ff + cfg.d_ff) + cfg.d_ff * d + d
+    norm = 2 * d if cfg.norm == "layer" else d
+    blocks = cfg.n_layers * (attention + ffn + 2 * norm)
+    embeddings = (1 if cfg.share_embeddings else 2) * V * d + (cfg.max_len * d if cfg.positional == "learned" else 0)
+    return embeddings + blocks + (norm if cfg.norm_position == "pre" else 0)
+
+
 def count_analytic(cfg, B: int, S: int, T: int) -> dict:
-    """The analytic count for a Transformer or a rival (model/rnn.py, model/conv.py)."""
+    """The analytic count for a Transformer, a rival (model/rnn.py, model/conv.py) or the decoder-only family."""
     from model.conv import ConvConfig
+    from model.decoder_only import DecoderOnlyConfig
     from model.rnn import RNNConfig
-    if isinstance(cfg, (RNNConfig, ConvConfig)):
+    if isinstance(cfg, DecoderOnlyConfig):
+        terms = decoder_only_analytic_terms(cfg, B, S, T)
+        attention = terms["self_attn"]
+    elif isinstance(cfg, (RNNConfig, ConvConfig)):
         terms = (rnn_analytic_terms if isinstance(cfg, RNNConfig) else conv_analytic_terms)(cfg, B, S, T)
         attention = terms["attention_scores"] + terms["attention_sum"]
     else:
@@ -167,12 +208,14 @@ def count_analytic(cfg, B: int, S: int, T: int) -> dict:
 
 def training_flops_per_target_token(cfg, S: int, T: int) -> float:
     """Training FLOPs per target token of a model config of any family, for a source of S and a target of T
-    tokens: the analytic count for the Transformer and the two rivals; for another family (model/family.py),
+    tokens: the analytic count for the Transformer, the two rivals and the decoder-only family; for another
+    family (model/family.py),
     whose terms this module does not derive, the usual 6 FLOPs per parameter per target token (forward 2,
     backward 4)."""
     from model.conv import ConvConfig
+    from model.decoder_only import DecoderOnlyConfig
     from model.rnn import RNNConfig
-    if isinstance(cfg, (TransformerConfig, RNNConfig, ConvConfig)):
+    if isinstance(cfg, (TransformerConfig, RNNConfig, ConvConfig, DecoderOnlyConfig)):
         return count_analytic(cfg, 1, S, T)["flops_per_target_token"]
     from model import build_model, count_parameters
     with torch.device("meta"):

@@ -24,7 +24,10 @@ def training_loss(model: Seq2SeqModel, cfg: TrainConfig, n_shapes: int = 0) -> C
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
-    body = torch.compile(model.hidden, dynamic=not n_shapes, mode=cfg.compile_mode)   # packed: dynamic
+    # The states the loss reads: the target's (`hidden`), or more where a family's loss reads more (the
+    # decoder-only family's `loss_states`, the whole sequence).
+    states = getattr(model, "loss_states", model.hidden)
+    body = torch.compile(states, dynamic=not n_shapes, mode=cfg.compile_mode)   # packed: dynamic
 
     def loss(src, tgt_in, tgt_out, label_smoothing, packing=None):
         return model.loss(src, tgt_in, tgt_out, label_smoothing, hidden=body(src, tgt_in, packing))
