@@ -651,7 +651,7 @@ def test_decoder_only_rows_match_the_encoder_decoders_parameters_within_5_percen
     """Issue: the decoder-only rows at the base's parameter count (within 5 %), 2N layers, the base's d_model."""
     from harness.study.estimate import parameter_count
     trials = {t.row: t for t in load_study(ROOT / "studies" / "decoder_only.yaml", profile, None, [0]).trials}
-    base = trials["encdec"]
+    base = trials["base"]
     for row in ("prefix", "causal", "causal_srcloss", "redesign"):
         t = trials[row]
         assert t.model.family == "decoder_only" and t.model.n_layers == 2 * base.model.n_enc_layers, row
