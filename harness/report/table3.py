@@ -15,6 +15,7 @@ from harness.io import atomic_write
 from harness.report import claims
 from harness.paper import columns, load_tables
 from harness.report.common import (column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
+from harness.report.source_attention import source_attention_section
 
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
@@ -223,8 +224,13 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     plots = [plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png"),
              plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
+    # Rows that measured how much each target position reads the source (studies/decoder_only.yaml) get that
+    # section before the claims.
+    extra, extra_plot = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
-                                                               claims_section(study, runs, uri, results["parent"]),
+                                                               [*extra, *([f"![{extra_plot.stem}]({extra_plot.name})", ""]
+                                                                          if extra_plot else []),
+                                                                *claims_section(study, runs, uri, results["parent"])],
                                                                row_diagnostics(runs, uri)))
-    return [md, csv, *plots]
+    return [md, csv, *plots, *([extra_plot] if extra_plot else [])]

@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.data.corpus import DataConfig
 from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
+from harness.eval.source_attention import source_attention_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs
@@ -21,7 +22,8 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     """Average the last cfg.average_last checkpoints into the model (when more than one), then score it.
     Averaged, the last checkpoint alone is scored first: its dev PPL (dev_ppl_last) and, with eval_test, the
     whole test evaluation (the test_*_last metrics). With cfg.agreement_sentences, the final weights also
-    score the made-up corpus's agreement contrasts (agree_* metrics)."""
+    score the made-up corpus's agreement contrasts (agree_* metrics); with cfg.source_attention_sentences,
+    they measure how much each target position reads the source (src_* metrics)."""
     eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained,
@@ -44,6 +46,9 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     if cfg.agreement_sentences and data_cfg is not None:
         metrics.update(agreement_metrics(model, data.tokenizer, data_cfg, cfg.agreement_sentences, device,
                                          cfg.max_tokens, autocast))
+    if cfg.source_attention_sentences:
+        metrics.update(source_attention_metrics(model, data.dev.data, cfg.source_attention_sentences, device,
+                                                cfg.max_tokens))
     metrics.update(last_metrics)
     metrics["averaged_checkpoints"] = averaged
     return metrics, hyps

@@ -1,0 +1,108 @@
+"""How much each target position reads the source, by position (harness/eval/source_attention.py's src_*
+metrics): the decoder-only rows' attention mass on the source, and every row's source share of what its attention
+sub-layers add, beside the encoder-decoder's. A table, the fade between early and late positions with its
+seed-paired interval, and a plot. Plain pandas and matplotlib: reads MLflow's runs only."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.report.claims import interval
+from harness.report.common import md_table, save_png
+
+_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_p(\d+)$")
+# The fade: the mean share over the first EARLY positions against the mean over the positions from LATE on
+# (as far as every row measured them), fixed before any run was read.
+EARLY, LATE = 3, 8
+
+
+def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
+    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
+
+
+def positions(runs: pd.DataFrame, kind: str) -> list[int]:
+    """The target positions (from 1) some run logged `src_{kind}_pN` for, in order."""
+    return sorted(int(m[2]) for c in runs.columns if (m := _METRIC.match(c)) and m[1] == kind)
+
+
+def _cell(values) -> str:
+    mean, low, high, n = interval(values)
+    if not n:
+        return "–"
+    return f"{100 * mean:.1f}" if n < 2 else f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _fade(done: pd.DataFrame, kind: str, pos: list[int]) -> str:
+    """Per seed: the mean share over positions 1..EARLY minus that over LATE..; its mean and 95 % interval."""
+    early = [p for p in pos if p <= EARLY]
+    late = [p for p in pos if p >= LATE]
+    if not early or not late:
+        return "–"
+    per_seed = done[[f"metrics.src_{kind}_p{p}" for p in early]].mean(axis=1) - \
+        done[[f"metrics.src_{kind}_p{p}" for p in late]].mean(axis=1)
+    mean, low, high, n = interval(per_seed.dropna())
+    if not n:
+        return "–"
+    return f"{100 * mean:+.1f}" if n < 2 else f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
+def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], Path | None]:
+    """The section's lines and its plot, or ([], None) where no run measured it."""
+    kinds = [k for k in ("mass", "contrib") if positions(runs, k)]
+    if not kinds:
+        return [], None
+    lines = ["## How much each target position reads the source", "",
+             "Fu et al. (2023) found a decoder-only translation model's attention to the source fading as the target "
+             "grows (\"attention degeneration\"); an encoder-decoder reads the source through its cross-attention "
+             "at every position. Measured after training on the first dev sentences (`train."
+             "source_attention_sentences`, harness/eval/source_attention.py), by target position (1 = the first "
+             "target token), the mean over layers, heads and the real tokens at that position, in %: `mass` is the "
+             "decoder-only rows' attention probability on source tokens; `contribution` is, for every row, the "
+             "source's share of what its attention sub-layers add, ||source part|| / (||source part|| + ||target "
+             "part||) (the decoder-only attention output split by its keys; the encoder-decoder's cross- against "
+             f"its self-attention). Means over seeds with their 95 % t-intervals; `fade` is the mean share over "
+             f"positions 1-{EARLY} minus that over positions {LATE} on, per seed (> 0: the source fades). Positions "
+             "with fewer than 20 target tokens are left out.", ""]
+    for kind in kinds:
+        pos = positions(runs, kind)
+        rows = [r for r in order if len(_finished(runs, r))
+                and _finished(runs, r).get(f"metrics.src_{kind}_p1", pd.Series(dtype=float)).notna().any()]
+        shown = [p for p in pos if p <= 12]
+        head = ["row", "seeds", *(f"{p}" for p in shown), f"fade (1-{EARLY} vs {LATE}+)"]
+        body = []
+        for row in rows:
+            done = _finished(runs, row)
+            cells = [_cell(done[f"metrics.src_{kind}_p{p}"].dropna()) if f"metrics.src_{kind}_p{p}" in done else "–"
+                     for p in shown]
+            body.append([f"**{row}**", str(len(done)), *cells, _fade(done, kind, pos)])
+        name = "attention mass on the source" if kind == "mass" else "source share of the attention's contribution"
+        lines += [f"**{name}** (%), by target position:", ""] + md_table(head, body) + [""]
+    return lines, plot_source_attention(runs, order, kinds, path)
+
+
+def plot_source_attention(runs: pd.DataFrame, order: list[str], kinds: list[str], path: Path) -> Path:
+    fig = Figure(figsize=(5.2 * len(kinds), 4.2), layout="constrained")
+    for i, kind in enumerate(kinds):
+        ax = fig.add_subplot(1, len(kinds), i + 1)
+        pos = positions(runs, kind)
+        for row in order:
+            done = _finished(runs, row)
+            cols = [f"metrics.src_{kind}_p{p}" for p in pos if f"metrics.src_{kind}_p{p}" in done]
+            if not len(done) or not cols or done[cols[0]].isna().all():
+                continue
+            stats = [interval(done[c].dropna()) for c in cols]
+            xs = [int(c.rsplit("_p", 1)[1]) for c in cols]
+            means = [100 * s[0] for s in stats]
+            lows = [100 * s[1] if not math.isnan(s[1]) else 100 * s[0] for s in stats]
+            highs = [100 * s[2] if not math.isnan(s[2]) else 100 * s[0] for s in stats]
+            ax.plot(xs, means, marker="o", ms=3, label=row)
+            ax.fill_between(xs, lows, highs, alpha=0.15)
+        ax.set(xlabel="target position", ylabel="%", title="attention mass on the source" if kind == "mass"
+               else "source share of the attention's contribution")
+        ax.legend(fontsize=8)
+    return save_png(fig, path)

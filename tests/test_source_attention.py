@@ -1,0 +1,98 @@
+"""How much each target position reads the source (harness/eval/source_attention.py): the probabilities it
+recomputes are the ones the layers used, uniform attention gives the counted share, and the metrics cover both
+shapes."""
+
+import pytest
+import torch
+from small_models import rival_batch, small
+
+from harness.data.batching import ParallelData
+from harness.eval.source_attention import _Recorder, _output, attention_probabilities, source_attention_metrics, \
+    source_shares
+from model import build_model
+from model.decoder_only import DecoderOnlyConfig
+
+
+def _decoder_only(**changes):
+    torch.manual_seed(0)
+    settings = dict(vocab_size=50, d_model=16, d_ff=32, n_heads=4, n_layers=2, p_drop=0.0, max_len=64)
+    return build_model(DecoderOnlyConfig(**{**settings, **changes})).eval()
+
+
+def _encoder_decoder():
+    torch.manual_seed(0)
+    return build_model(small(vocab_size=50)).eval()
+
+
+@pytest.mark.parametrize("model", ["prefix", "causal", "rope", "gqa", "encdec"])
+def test_the_recomputed_probabilities_give_each_layers_own_output(model):
+    m = {"prefix": lambda: _decoder_only(), "causal": lambda: _decoder_only(lm="causal"),
+         "rope": lambda: _decoder_only(positional="rope"), "gqa": lambda: _decoder_only(n_kv_heads=2),
+         "encdec": _encoder_decoder}[model]()
+    src, tgt = rival_batch()
+    layers = [mod for mod in m.modules() if type(mod).__name__ == "MultiHeadAttention"]
+    rec = _Recorder(layers)
+    with torch.no_grad():
+        m.hidden(src, tgt)
+    rec.close()
+    assert len(rec.calls) >= 2
+    for attn, x, kw, output in rec.calls:
+        probs, v = attention_probabilities(attn, x, kw.get("memory"), kw.get("mask"), kw.get("causal", False),
+                                           kw.get("offset", 0), kw.get("positions"))
+        assert torch.allclose(_output(attn, probs, v) + attn.out_proj.bias, output, atol=1e-5)
+        assert torch.allclose(probs.sum(-1), torch.ones(()), atol=1e-5)
+
+
+def test_uniform_attention_puts_the_counted_share_on_the_source():
+    """With the query projections zeroed every score is 0: a target token at position t (from 0) of a sentence
+    with n source tokens spreads its attention evenly over n + t + 1 keys, n of them the source's."""
+    m = _decoder_only()
+    with torch.no_grad():
+        for block in m.layers:
+            q_rows = block.self_attn.sublayer.splits[0]
+            block.self_attn.sublayer.qkv_proj.weight[:q_rows] = 0
+            block.self_attn.sublayer.qkv_proj.bias[:q_rows] = 0
+    src, tgt = rival_batch()
+    shares = source_shares(m, src, tgt, tgt, 0)
+    n = (src != 0).sum(1, keepdim=True).float()
+    t = torch.arange(tgt.size(1)).float()
+    assert torch.allclose(shares["mass"], n / (n + t + 1), atol=1e-6)
+    assert ((shares["contribution"] > 0) & (shares["contribution"] < 1)).all()
+
+
+def test_the_metrics_by_position_for_both_shapes_and_none_for_a_rival():
+    from model.rnn import RNNConfig
+    g = torch.Generator().manual_seed(0)
+    src = [torch.randint(4, 50, (int(n),), generator=g).tolist() for n in torch.randint(2, 8, (30,), generator=g)]
+    tgt = [torch.randint(4, 50, (int(n),), generator=g).tolist() for n in torch.randint(2, 8, (30,), generator=g)]
+    data = ParallelData(src, tgt)
+    out = source_attention_metrics(_decoder_only(), data, 30, torch.device("cpu"), 400, min_tokens=5)
+    assert {"src_mass_p1", "src_contrib_p1"} <= set(out) and all(0 < v < 1 for v in out.values())
+    assert not any(k.startswith("src_mass") for k in
+                   source_attention_metrics(_encoder_decoder(), data, 30, torch.device("cpu"), 400, min_tokens=5))
+    assert "src_contrib_p1" in source_attention_metrics(_encoder_decoder(), data, 30, torch.device("cpu"), 400, 5)
+    rnn = build_model(RNNConfig(vocab_size=50, d_model=8, n_enc_layers=2, n_dec_layers=2))
+    assert source_attention_metrics(rnn, data, 30, torch.device("cpu"), 400) == {}
+
+
+def test_the_report_section_tables_each_rows_shares_by_position_and_the_fade(tmp_path):
+    import pandas as pd
+
+    from harness.report.source_attention import source_attention_section
+    rows = []
+    for row, mass in (("base", None), ("prefix", lambda p, s: 0.6 - 0.03 * p + 0.01 * s)):
+        for seed in range(3):
+            rec = {"tags.row": row, "status": "FINISHED"}
+            for p in range(1, 11):
+                rec[f"metrics.src_contrib_p{p}"] = 0.5
+                if mass:
+                    rec[f"metrics.src_mass_p{p}"] = mass(p, seed)
+            rows.append(rec)
+    lines, plot = source_attention_section(pd.DataFrame(rows), ["base", "prefix"], tmp_path / "s.png")
+    text = "\n".join(lines)
+    assert plot is not None and plot.exists()
+    # prefix: positions 1-3 average 0.54 + 0.01 s, positions 8-10 0.33 + 0.01 s: a fade of +21.0 points each seed
+    assert "| **prefix** | 3 | 58.0 [55.5, 60.5] |" in text and "+21.0 [+21.0, +21.0] |" in text
+    assert text.count("| **base** |") == 1                           # no mass for the encoder-decoder
+    assert source_attention_section(pd.DataFrame([{"tags.row": "base", "status": "FINISHED"}]), ["base"],
+                                    tmp_path / "t.png") == ([], None)
