@@ -57,6 +57,7 @@ def test_uniform_attention_puts_the_counted_share_on_the_source():
     n = (src != 0).sum(1, keepdim=True).float()
     t = torch.arange(tgt.size(1)).float()
     assert torch.allclose(shares["mass"], n / (n + t + 1), atol=1e-6)
+    assert torch.allclose(shares["uniform"], n / (n + t + 1), atol=1e-6)
     assert ((shares["contribution"] > 0) & (shares["contribution"] < 1)).all()
 
 
@@ -87,12 +88,16 @@ def test_the_report_section_tables_each_rows_shares_by_position_and_the_fade(tmp
                 rec[f"metrics.src_contrib_p{p}"] = 0.5
                 if mass:
                     rec[f"metrics.src_mass_p{p}"] = mass(p, seed)
+                    rec[f"metrics.src_uniform_p{p}"] = 0.5 - 0.02 * p
             rows.append(rec)
     lines, plot = source_attention_section(pd.DataFrame(rows), ["base", "prefix"], tmp_path / "s.png")
     text = "\n".join(lines)
     assert plot is not None and plot.exists()
     # prefix: positions 1-3 average 0.54 + 0.01 s, positions 8-10 0.33 + 0.01 s: a fade of +21.0 points each seed
     assert "| **prefix** | 3 | 58.0 [55.5, 60.5] |" in text and "+21.0 [+21.0, +21.0] |" in text
+    # uniform: positions 1-3 average 0.46, 8-10 0.32, a fade of 14 points; beyond it the model's is 7
+    assert "| uniform attention | 3 | 48.0 [48.0, 48.0] |" in text and "| +14.0 [+14.0, +14.0] | 0 |" in text
+    assert "+21.0 [+21.0, +21.0] | +7.0 [+7.0, +7.0] |" in text
     assert text.count("| **base** |") == 1                           # no mass for the encoder-decoder
     assert source_attention_section(pd.DataFrame([{"tags.row": "base", "status": "FINISHED"}]), ["base"],
                                     tmp_path / "t.png") == ([], None)

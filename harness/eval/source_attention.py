@@ -4,7 +4,9 @@ degeneration" of decoder-only translation models, whose attention to the source 
 Two measures, each averaged over layers, heads (where there are heads) and the real target tokens at a position:
 
 - `mass` (the decoder-only family): the share of a target position's attention probability that lands on source
-  tokens, softmax(Q K^T / sqrt(d_k)) summed over the source's keys.
+  tokens, softmax(Q K^T / sqrt(d_k)) summed over the source's keys; beside it `uniform`, the share uniform
+  attention over the same keys would give, n / (n + t) at target position t of a sentence with n source tokens:
+  the fade that only the growing number of target keys makes.
 - `contribution` (both shapes, so that the encoder-decoder stands beside): how much of what a target position's
   attention sub-layers add comes from the source, ||source part|| / (||source part|| + ||target part||). In the
   decoder-only model an attention output is sum_j p_ij v_j W^O, split into its source keys' and its target keys'
@@ -69,8 +71,9 @@ class _Recorder:
 @torch.no_grad()
 def source_shares(model, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = 0
                   ) -> dict[str, torch.Tensor]:
-    """Per real target token (B, T): `contribution` for both shapes and `mass` for the decoder-only family,
-    each the mean over layers (and heads); NaN at padded target positions."""
+    """Per real target token (B, T): `contribution` for both shapes, and for the decoder-only family `mass` and
+    `uniform` (the mass uniform attention would give), each the mean over layers (and heads); NaN at padded
+    target positions."""
     family = getattr(model.cfg, "family", "transformer")
     if family not in FAMILIES:
         raise ValueError(f"source attention is measured for the {' and '.join(FAMILIES)} families, not {family!r}.")
@@ -86,7 +89,7 @@ def source_shares(model, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch
     finally:
         rec.close()
     real = tgt_out != pad_id
-    out: dict[str, list[torch.Tensor]] = {"contribution": [], "mass": []}
+    out: dict[str, list[torch.Tensor]] = {"contribution": [], "mass": [], "uniform": []}
     if family == "decoder_only":
         for attn, x, kw, _ in rec.calls:
             probs, v = attention_probabilities(attn, x, mask=kw.get("mask"), positions=kw.get("positions"))
@@ -95,6 +98,11 @@ def source_shares(model, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch
             from_src = _output(attn, p[..., :S], v[:, :, :S]).norm(dim=-1)
             from_tgt = _output(attn, p[..., S:], v[:, :, S:]).norm(dim=-1)
             out["contribution"].append(from_src / (from_src + from_tgt))
+        # The mass uniform attention would put on the source: target position t (from 0) sees its sentence's n
+        # source tokens and t + 1 target tokens, so n / (n + t + 1). Part of any fade is this, the growing
+        # number of target keys; what the model adds to it is the measured mass against this baseline.
+        n = (src != pad_id).sum(1, keepdim=True).float()
+        out["uniform"] = [n / (n + torch.arange(tgt_in.size(1), device=src.device) + 1)]
     else:
         calls = iter(rec.calls)
         for self_call, cross_call in zip(calls, calls):                        # each decoder layer: self, cross
@@ -121,7 +129,8 @@ MIN_TOKENS = 20
 
 def source_attention_metrics(model, data, n_sentences: int, device: torch.device, max_tokens: int,
                              min_tokens: int = MIN_TOKENS) -> dict:
-    """`src_contrib_pT` (and, for the decoder-only family, `src_mass_pT`) for every target position T from 1
+    """`src_contrib_pT` (and, for the decoder-only family, `src_mass_pT` and `src_uniform_pT`) for every target
+    position T from 1
     with at least min_tokens real tokens among the first n_sentences dev pairs (data: ParallelData); {} for a
     family this does not measure."""
     from harness.data.batching import token_batches
@@ -136,6 +145,6 @@ def source_attention_metrics(model, data, n_sentences: int, device: torch.device
                 total = sums.setdefault(name, {}).setdefault(pos, [0.0, 0])
                 total[0] += mean * count
                 total[1] += count
-    prefix = {"contribution": "src_contrib", "mass": "src_mass"}
+    prefix = {"contribution": "src_contrib", "mass": "src_mass", "uniform": "src_uniform"}
     return {f"{prefix[name]}_p{pos}": total / count for name, by_pos in sums.items()
             for pos, (total, count) in sorted(by_pos.items()) if count >= min_tokens}

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from harness.report.claims import interval
 from harness.report.common import md_table, save_png
 
-_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_p(\d+)$")
+_METRIC = re.compile(r"^metrics\.src_(mass|contrib|uniform)_p(\d+)$")
 # The fade: the mean share over the first EARLY positions against the mean over the positions from LATE on
 # (as far as every row measured them), fixed before any run was read.
 EARLY, LATE = 3, 8
@@ -37,14 +37,26 @@ def _cell(values) -> str:
     return f"{100 * mean:.1f}" if n < 2 else f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
-def _fade(done: pd.DataFrame, kind: str, pos: list[int]) -> str:
-    """Per seed: the mean share over positions 1..EARLY minus that over LATE..; its mean and 95 % interval."""
-    early = [p for p in pos if p <= EARLY]
-    late = [p for p in pos if p >= LATE]
+def _fade_per_seed(done: pd.DataFrame, kind: str, pos: list[int]) -> pd.Series | None:
+    """Per seed: the mean share over positions 1..EARLY minus that over LATE.. (None without both)."""
+    early = [p for p in pos if p <= EARLY and f"metrics.src_{kind}_p{p}" in done]
+    late = [p for p in pos if p >= LATE and f"metrics.src_{kind}_p{p}" in done]
     if not early or not late:
-        return "–"
-    per_seed = done[[f"metrics.src_{kind}_p{p}" for p in early]].mean(axis=1) - \
+        return None
+    return done[[f"metrics.src_{kind}_p{p}" for p in early]].mean(axis=1) - \
         done[[f"metrics.src_{kind}_p{p}" for p in late]].mean(axis=1)
+
+
+def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = None) -> str:
+    """The fade's mean over seeds and its 95 % interval; minus: another kind's fade taken away, seed by seed."""
+    per_seed = _fade_per_seed(done, kind, pos)
+    if per_seed is None:
+        return "–"
+    if minus is not None:
+        other = _fade_per_seed(done, minus, pos)
+        if other is None:
+            return "–"
+        per_seed = per_seed - other
     mean, low, high, n = interval(per_seed.dropna())
     if not n:
         return "–"
@@ -53,7 +65,7 @@ def _fade(done: pd.DataFrame, kind: str, pos: list[int]) -> str:
 
 def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], Path | None]:
     """The section's lines and its plot, or ([], None) where no run measured it."""
-    kinds = [k for k in ("mass", "contrib") if positions(runs, k)]
+    kinds = [k for k in ("mass", "contrib") if positions(runs, k)]      # `uniform` goes into mass's table
     if not kinds:
         return [], None
     lines = ["## How much each target position reads the source", "",
@@ -66,20 +78,33 @@ def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -
              "source's share of what its attention sub-layers add, ||source part|| / (||source part|| + ||target "
              "part||) (the decoder-only attention output split by its keys; the encoder-decoder's cross- against "
              f"its self-attention). Means over seeds with their 95 % t-intervals; `fade` is the mean share over "
-             f"positions 1-{EARLY} minus that over positions {LATE} on, per seed (> 0: the source fades). Positions "
-             "with fewer than 20 target tokens are left out.", ""]
+             f"positions 1-{EARLY} minus that over positions {LATE} on, per seed (> 0: the source fades). Part of a "
+             "fade in `mass` is arithmetic: a target token at position t of a sentence with n source tokens sees n "
+             "source and t target keys, so uniform attention would put n / (n + t) on the source; the `uniform "
+             "attention` line gives that baseline on the same sentences, and `fade beyond uniform` what the model "
+             "adds to it (> 0: it turns from the source faster than the keys' count does). Positions with fewer than "
+             "20 target tokens are left out.", ""]
+    uniform = bool(positions(runs, "uniform"))
     for kind in kinds:
         pos = positions(runs, kind)
         rows = [r for r in order if len(_finished(runs, r))
                 and _finished(runs, r).get(f"metrics.src_{kind}_p1", pd.Series(dtype=float)).notna().any()]
         shown = [p for p in pos if p <= 12]
-        head = ["row", "seeds", *(f"{p}" for p in shown), f"fade (1-{EARLY} vs {LATE}+)"]
+        beyond = kind == "mass" and uniform
+        head = ["row", "seeds", *(f"{p}" for p in shown), f"fade (1-{EARLY} vs {LATE}+)",
+                *(["fade beyond uniform"] if beyond else [])]
         body = []
         for row in rows:
             done = _finished(runs, row)
             cells = [_cell(done[f"metrics.src_{kind}_p{p}"].dropna()) if f"metrics.src_{kind}_p{p}" in done else "–"
                      for p in shown]
-            body.append([f"**{row}**", str(len(done)), *cells, _fade(done, kind, pos)])
+            body.append([f"**{row}**", str(len(done)), *cells, _fade(done, kind, pos),
+                         *([_fade(done, kind, pos, minus="uniform")] if beyond else [])])
+        if beyond and rows:   # the baseline depends on the sentences only: the first row's runs give it
+            done = _finished(runs, rows[0])
+            cells = [_cell(done[f"metrics.src_uniform_p{p}"].dropna()) if f"metrics.src_uniform_p{p}" in done else "–"
+                     for p in shown]
+            body.append(["uniform attention", str(len(done)), *cells, _fade(done, "uniform", pos), "0"])
         name = "attention mass on the source" if kind == "mass" else "source share of the attention's contribution"
         lines += [f"**{name}** (%), by target position:", ""] + md_table(head, body) + [""]
     return lines, plot_source_attention(runs, order, kinds, path)
