@@ -84,6 +84,10 @@ def _cmd_train(args) -> int:
     metrics = train(model_cfg, train_cfg, data_cfg, args.out, quiet=args.quiet, ranks=ranks)
     if not ranks.is_main:
         return 0
+    from harness.io import atomic_write
+    from harness.probes.manifest import manifest
+    settings = json.loads((Path(args.out) / "config.json").read_text())["model"]
+    atomic_write(Path(args.out) / "architecture.json", json.dumps(manifest(settings), indent=2) + "\n")
     rows = [json.loads(ln) for ln in (Path(args.out) / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     curve = [(r["step"], round(r["dev_ppl"], 3)) for r in rows if "dev_ppl" in r] + \
         [(metrics["steps"], round(metrics["dev_ppl"], 3))]
@@ -232,6 +236,23 @@ def _cmd_probe_agreement(args) -> int:
     return 0
 
 
+def _cmd_probe_inference(args) -> int:
+    """The inference study's rows measured here, one after another, printed (no MLflow)."""
+    from harness.probes.inference import measure, print_results
+    from harness.study.kinds import load_study
+    rows = [r for r in args.rows.split(",") if r] if args.rows else None
+    study = load_study(args.study, args.profile, rows)
+    if study.kind != "inference":
+        raise UserError(f"{args.study} is a {study.kind} study; probe inference reads an inference study "
+                        "(kind: inference, e.g. studies/inference.yaml).")
+    results = {t.row: measure(t.probe) for t in study.trials}
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print_results(results, str(args.study), study.profile, study.trials[0].probe.new_tokens)
+    return 0
+
+
 def _cmd_probe_cost(args) -> int:
     from harness.probes.cost import main as cost_main
     return cost_main(args.json)
@@ -317,7 +338,7 @@ def _add_report(sub) -> None:
 
 
 def _add_probes(sub) -> None:
-    """The `probe` commands: flops, scaling, cost, evalb, agreement."""
+    """The `probe` commands: flops, scaling, cost, inference, evalb, agreement."""
     probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
     probes = probe.add_subparsers(dest="probe_command", required=True)
     fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
@@ -336,6 +357,14 @@ def _add_probes(sub) -> None:
     co = probes.add_parser("cost", help="Table 2's training cost: the paper's method against counted FLOPs")
     co.add_argument("--json", action="store_true")
     co.set_defaults(func=_cmd_probe_cost)
+
+    inf = probes.add_parser("inference", help="inference cost by model shape: prefill and decode tokens/s, time to "
+                            "first token, peak memory, the KV cache per token against its formula")
+    inf.add_argument("--study", type=Path, default=Path("studies/inference.yaml"), help="the shapes (an inference study)")
+    inf.add_argument("--profile", default=None, help="the study's profile (default: tiny)")
+    inf.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=_cmd_probe_inference)
 
     ev = probes.add_parser("evalb", help="score bracketed trees as EVALB does with COLLINS.prm")
     ev.add_argument("gold", type=Path, help="gold trees: one a line, or Penn Treebank .mrg")

@@ -148,3 +148,30 @@ def test_decoder_only_trains_and_decodes_through_harness_train(capsys, tmp_path)
     curve = metrics["dev_ppl_curve"]
     assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns
     assert metrics["params"] == count_parameters(build_model(DecoderOnlyConfig(**resolved))) and "dev_bleu" in metrics
+    import json
+    arch = json.loads((tmp_path / "run" / "architecture.json").read_text())       # the run's manifest beside it
+    assert (arch["architecture"], arch["layers"]) == ("decoder-only (PrefixLM)", "4")
+
+
+def test_the_architecture_manifest_names_the_shape_and_counts_the_kv_cache():
+    from harness.probes.manifest import manifest
+    from model import to_dict
+    from model.config import paper_base
+    enc_dec = manifest(to_dict(paper_base))
+    assert (enc_dec["architecture"], enc_dec["attention"], enc_dec["layers"]) == ("encoder-decoder", "mha", "6 + 6")
+    assert enc_dec["kv_bytes_per_target_token_bf16"] == 2 * 6 * 8 * 64 * 2           # 2 x layers x heads x d x bytes
+    redesign = manifest(to_dict(DecoderOnlyConfig(n_kv_heads=2, positional="rope", norm="rms", norm_position="pre",
+                                                  ffn="swiglu", d_ff=1984)))
+    assert redesign["architecture"] == "decoder-only (PrefixLM)" and redesign["attention"] == "gqa"
+    assert redesign["kv_bytes_per_target_token_bf16"] == redesign["kv_bytes_per_source_token_bf16"] == 2 * 12 * 2 * 64 * 2
+    assert (redesign["norm"], redesign["positions"]) == ("RMSNorm, pre-norm", "rope")
+    # MLflow keeps params as text: the same manifest from strings
+    assert manifest({k: str(v) for k, v in to_dict(paper_base).items()}) == enc_dec
+    mqa = manifest(to_dict(DecoderOnlyConfig(n_kv_heads=1, lm="causal")))
+    assert (mqa["attention"], mqa["architecture"]) == ("mqa", "decoder-only (CausalLM)")
+    # the decoder-only cache, measured, is the formula's per token
+    m = _model(n_kv_heads=2)
+    memory, _ = m.encode(torch.randint(4, 50, (1, 5)))
+    cache = m.new_cache(1, 3, memory)
+    per_token = manifest(to_dict(m.cfg))["kv_bytes_per_target_token_bf16"]
+    assert cache.nbytes() == (5 + 3) * per_token * 2                                   # float32: twice bf16

@@ -12,7 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from harness.paper import columns, load_tables
 from harness.report.rivals import agreement_section, compute_section
-from harness.report.common import (NAN, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
+from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
@@ -261,6 +261,7 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     lines = render_table2(study, results, table, costs)
     # The families side by side: the rows of one language pair (the rivals train EN-DE), each section with its plot
     en_de = [r["row"] for r in table.to_dict("records") if r["pair"] == PAIRS["en_de"]]
+    lines += ["", *architecture_section(results["runs"], table["row"].tolist())]
     extra = []
     for section, plot in (compute_section(results["runs"], uri, en_de, out_dir / f"{study}_bleu_vs_compute.png"),
                           agreement_section(results["runs"], en_de, out_dir / f"{study}_agreement.png")):

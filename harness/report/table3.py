@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from harness.io import atomic_write
 from harness.report import claims
 from harness.paper import columns, load_tables
-from harness.report.common import (column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
+from harness.report.common import (architecture_section, column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
 from harness.report.source_attention import source_attention_section
 
 
@@ -229,7 +229,8 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     extra, extra_plot = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
-                                                               [*extra, *([f"![{extra_plot.stem}]({extra_plot.name})", ""]
+                                                               [*architecture_section(runs, table["row"].tolist()),
+                                                                *extra, *([f"![{extra_plot.stem}]({extra_plot.name})", ""]
                                                                           if extra_plot else []),
                                                                 *claims_section(study, runs, uri, results["parent"])],
                                                                row_diagnostics(runs, uri)))

@@ -17,6 +17,7 @@ from model import ConfigError, get_preset, to_dict, with_settings
 from harness import overrides
 from harness.data.corpus import DataConfig, prepare_data
 from harness.errors import UserError
+from harness.io import atomic_write
 from harness.study.estimate import ASSUMED_SENTENCE_LEN, Timing, duration, estimated_flops, packed_wall, \
     parameter_count, trial_seconds
 from harness.study.spec import BASE_KEYS, PROFILE_KEYS, Checker, Selection, Study, StudyFile, checked_rows, \
@@ -211,8 +212,12 @@ def run(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE
     dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
     metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
     run.log_final(metrics, metrics["steps"])
+    from harness.probes.manifest import manifest       # the run's architecture manifest, beside its config
+    settings = json.loads((out_dir / "config.json").read_text())["model"]
+    atomic_write(out_dir / "architecture.json", json.dumps(manifest(settings), indent=2) + "\n")
     curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")
-    run.log_artifacts([out_dir / "config.json", out_dir / "dev_translations.txt", out_dir / "metrics.jsonl",
+    run.log_artifacts([out_dir / "config.json", out_dir / "architecture.json", out_dir / "dev_translations.txt",
+                       out_dir / "metrics.jsonl",
                        *([curve] if curve else [])])
     if "dev_f1" in metrics:
         summary = f"dev PPL {metrics['dev_ppl']:.2f}, F1 {metrics['dev_f1']:.2f}"
