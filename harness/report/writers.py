@@ -17,13 +17,15 @@ import pandas as pd
 from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
-from harness.report import table1, table2, table3, table4
+from harness.report import inference, table1, table2, table3, table4
 from harness.report.common import _PROVENANCE, load_results
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
 WRITERS: dict[str, Writer] = {"table1": table1.write_table1, "table2": table2.write_table2,
-                              "table3": table3.write_table3, "table4": table4.write_table4}
+                              "table3": table3.write_table3, "table4": table4.write_table4,
+                              # not a paper table: studies/inference.yaml, found by the study's name
+                              "inference": inference.write_inference}
 # A study without a paper table of its own (modern.yaml: rows that each change a few knobs of a base) is laid
 # out as Table 3, the paper's table of such rows.
 NO_TABLE = "table3"

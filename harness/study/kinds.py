@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from harness.study import kind_scaling, kind_train
+from harness.study import kind_inference, kind_scaling, kind_train
 from harness.study.spec import Selection, Study, StudyFile, read_study_file
 from harness.trial import Trial
 
@@ -46,6 +46,7 @@ class StudyKind:
 KINDS = {
     "train": StudyKind.of("train", kind_train),        # Tables 2, 3 and 4: a model trained and evaluated
     "scaling": StudyKind.of("scaling", kind_scaling),  # Table 1: one layer type timed over n and d
+    "inference": StudyKind.of("inference", kind_inference),   # a model shape timed at inference (prefill, decode)
 }
 
 

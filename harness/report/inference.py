@@ -1,0 +1,121 @@
+"""The inference report (studies/inference.yaml): per model shape, batch and source length, prefill and decode
+throughput, time to first token, peak memory and the KV cache per token measured beside its formula; plots of
+decode throughput, time to first token and cache size against the source length. Reads MLflow only."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.report.common import architecture_section, header_lines, md_table, row_order, save_png, write_files
+
+_POINT = re.compile(r"^metrics\.decode_tok_s_b(\d+)_s(\d+)$")
+
+
+def points(runs: pd.DataFrame) -> list[tuple[int, int]]:
+    """The (batch, source length) points the runs logged, in order."""
+    return sorted({(int(m[1]), int(m[2])) for c in runs.columns if (m := _POINT.match(c))})
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """One line per finished row, batch and source length."""
+    done = runs[runs["status"] == "FINISHED"]
+    records = []
+    for row in row_order(done):
+        r = done[done["tags.row"].astype(str) == row].iloc[0]
+        new_tokens = pd.to_numeric(r.get("params.probe.new_tokens"), errors="coerce")
+        for batch, src in points(runs):
+            suffix = f"_b{batch}_s{src}"
+            get = lambda k: r.get(f"metrics.{k}{suffix}", float("nan"))     # noqa: E731
+            if pd.isna(get("decode_tok_s")):
+                continue
+            records.append({
+                "row": row, "family": r.get("params.model.family"), "kv_heads": r.get("params.model.n_kv_heads"),
+                "params": r.get("metrics.params"), "batch": batch, "src_len": src, "new_tokens": new_tokens,
+                "prefill_tok_s": get("prefill_tok_s"), "decode_tok_s": get("decode_tok_s"), "ttft_ms": get("ttft_ms"),
+                "peak_mem_bytes": get("peak_mem_bytes"), "kv_bytes_per_token": get("kv_bytes_per_token"),
+                "kv_bytes_per_token_formula": r.get("metrics.kv_bytes_per_token_formula"),
+                "kv_bytes_per_source_token": get("kv_bytes_per_source_token"),
+                "kv_bytes_per_source_token_formula": r.get("metrics.kv_bytes_per_source_token_formula"),
+                "device": r.get("tags.device"), "dtype": r.get("tags.dtype")})
+    table = pd.DataFrame(records)
+    if len(table):
+        # One sentence's cache after decoding new_tokens tokens from a source of src_len: self-attention over
+        # the target, plus the cross-attention (encoder-decoder) or prefilled (decoder-only) cache over the source.
+        table["kv_bytes_per_sentence"] = table["kv_bytes_per_token"] * table["new_tokens"] + \
+            table["kv_bytes_per_source_token"] * table["src_len"]
+    return table
+
+
+def _num(x, fmt: str) -> str:
+    return "–" if x is None or pd.isna(x) else fmt.format(x)
+
+
+def render(table: pd.DataFrame) -> list[str]:
+    head = ["row", "params", "batch", "source tokens", "prefill tok/s", "decode tok/s", "TTFT (ms)", "peak memory (MiB)",
+            "KV bytes / target token, measured", "formula", "KV bytes / source token, measured", "formula"]
+    body = [[f"**{r.row}**", _num(r.params, "{:,.0f}"), r.batch, r.src_len, _num(r.prefill_tok_s, "{:,.0f}"),
+             _num(r.decode_tok_s, "{:,.0f}"), _num(r.ttft_ms, "{:.1f}"), _num(r.peak_mem_bytes / 2**20, "{:,.0f}"),
+             _num(r.kv_bytes_per_token, "{:,.0f}"), _num(r.kv_bytes_per_token_formula, "{:,.0f}"),
+             _num(r.kv_bytes_per_source_token, "{:,.0f}"), _num(r.kv_bytes_per_source_token_formula, "{:,.0f}")]
+            for r in table.itertuples(index=False)]
+    return md_table(head, body)
+
+
+def plot(table: pd.DataFrame, path: Path) -> Path:
+    batches = sorted(table["batch"].unique())
+    fig = Figure(figsize=(5 * (len(batches) + 1), 4.2), layout="constrained")
+    for i, batch in enumerate(batches):
+        ax = fig.add_subplot(1, len(batches) + 1, i + 1)
+        for row, g in table[table["batch"] == batch].groupby("row", sort=False):
+            ax.plot(g["src_len"], g["decode_tok_s"], marker="o", label=row)
+        ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="decode tokens/s",
+               title=f"decoding, batch {batch}")
+        ax.legend(fontsize=7)
+    ax = fig.add_subplot(1, len(batches) + 1, len(batches) + 1)
+    first = table[table["batch"] == batches[0]]
+    for row, g in first.groupby("row", sort=False):
+        ax.plot(g["src_len"], g["kv_bytes_per_sentence"] / 2**10, marker="o", label=row)
+    ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="KiB",
+           title="KV cache per sentence after decoding (measured)")
+    ax.legend(fontsize=7)
+    return save_png(fig, path)
+
+
+def plot_ttft(table: pd.DataFrame, path: Path) -> Path:
+    fig = Figure(figsize=(6, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    batch = table["batch"].max()
+    for row, g in table[table["batch"] == batch].groupby("row", sort=False):
+        ax.plot(g["src_len"], g["ttft_ms"], marker="o", label=row)
+    ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="ms",
+           title=f"time to first token, batch {batch}")
+    ax.legend(fontsize=7)
+    return save_png(fig, path)
+
+
+def write_inference(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
+    runs = results["runs"]
+    table = summarize(runs)
+    lines = header_lines(study, results, "inference cost by model shape")
+    if not len(table):
+        return write_files(study, out_dir, lines + ["No trial finished."], table, [])
+    device, dtype = table["device"].dropna().iloc[0], table["dtype"].dropna().iloc[0]
+    new_tokens = int(table["new_tokens"].dropna().iloc[0])
+    lines += ["Each shape at inference on " + f"{device} ({dtype}): random source tokens (no padding) prefilled, then "
+              f"{new_tokens} greedy decoding steps through the cached step beam search uses, the medians of the "
+              "timed repeats (`python -m harness probe inference` measures the same without MLflow; "
+              "harness/probes/inference.py says how). The prefill reads every source token at once, compute-bound; a "
+              "decoding step reads every weight and the whole cache for one token a sentence, bound by memory "
+              "traffic. The KV cache is read from its tensors after decoding and stands beside the formula 2 x layers "
+              "x kv_heads x head_dim x bytes per token: per target token the self-attention cache; per source token "
+              "the encoder-decoder's cross-attention cache (fixed by the source) or the decoder-only model's "
+              "prefilled cache (which, with the target's, grows with every token). Peak memory is CUDA's allocated "
+              "peak on a GPU; on a CPU the process's resident set (weights, libraries and all).", ""]
+    lines += render(table) + [""]
+    lines += architecture_section(runs, list(dict.fromkeys(table["row"])))
+    plots = [plot(table, out_dir / f"{study}_decode.png"), plot_ttft(table, out_dir / f"{study}_ttft.png")]
+    return write_files(study, out_dir, lines, table, plots)

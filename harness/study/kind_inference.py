@@ -1,0 +1,136 @@
+"""The study kind `inference`: each row is one model shape timed at inference over batch sizes and source lengths
+(harness/probes/inference.py). Its file's rows are probe settings (harness/probes/inference_spec.InferenceSpec):
+base.probe -> row -> profile.probe, a `model` mapping merged key by key; its trial measures the shape and logs
+each point as it is measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from harness.errors import UserError, suggest
+from harness.io import atomic_write
+from harness.probes.inference_spec import InferenceSpec, inference_fields
+from harness.study.estimate import Timing
+from harness.study.spec import Checker, Selection, Study, StudyFile, checked_rows, pick_profile, pick_rows, resources
+from harness.tracking import TrialRun
+from harness.train.dist import SINGLE, Ranks
+from harness.trial import Trial
+
+BASE_KEYS = {"probe"}
+PROFILE_KEYS = {"description", "probe", "resources", "requires"}
+probe_type = InferenceSpec
+
+
+def probe_settings(chk: Checker, values: dict, where: str) -> dict:
+    fields = inference_fields()
+    for key in values:
+        if key not in fields:
+            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
+    if "model" in values and not isinstance(values["model"], dict):
+        chk.fail(f"{where}.model", f"must be a mapping of model settings, got {values['model']!r}.")
+    return {k: v if k == "model" else tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def _merged(*layers: dict) -> dict:
+    """Probe settings laid over each other, their `model` mappings merged key by key."""
+    out: dict = {}
+    for layer in layers:
+        for k, v in layer.items():
+            out[k] = {**out.get(k, {}), **v} if k == "model" else v
+    if "model" in out:
+        out["model"] = tuple(sorted(out["model"].items()))
+    return out
+
+
+def load(file: StudyFile, sel: Selection) -> Study:
+    chk, raw = file.chk, file.raw
+    if sel.sets:
+        raise UserError(f"--set changes model, train and data settings, and {file.path} is an inference study; "
+                        "change its probe settings (probe.model for the shape) in the study file instead.")
+    base = chk.mapping(raw["base"], "base")
+    chk.keys(base, "base", BASE_KEYS)
+    base_probe = probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
+    all_rows = checked_rows(file)
+    row_probe = {str(r): probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
+    profile, prof = pick_profile(chk, raw, sel.profile)
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, PROFILE_KEYS)
+    prof_probe = probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
+    needs, requires = resources(chk, raw, prof, where)
+    if needs["workers"] != 1:
+        chk.fail("resources.workers", "must be 1 for an inference study: its probe times one process.")
+    chosen = pick_rows(file.path, all_rows, sel.rows)
+    seeds = sel.seeds if sel.seeds else file.seeds
+    trials = []
+    for r in chosen:
+        try:
+            spec = InferenceSpec(**_merged(base_probe, row_probe[r], prof_probe))
+            spec.validate()
+            from harness.probes.inference import model_config     # the shape must build: refused before any run
+            model_config(spec)
+        except (TypeError, ValueError) as err:
+            chk.fail(f"rows.{r} (profile {profile})", f"{err}")
+        trials += [Trial(row=r, seed=s, kind="inference", probe=spec) for s in seeds]
+    return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
+                 trials=trials)
+
+
+def print_trials(study: Study, timing: Timing = Timing()) -> None:
+    from harness.probes.inference import model_config
+    from model import to_dict
+    print(f"{'trial':<20}{'hash':<14}{'family':<14}{'layers':<8}{'d_model':>8}{'heads q/kv':>12}"
+          f"{'batches':>12}{'source lengths':>22}")
+    for t in study.trials:
+        m = to_dict(model_config(t.probe))
+        layers = m.get("n_layers") if m.get("family") == "decoder_only" else f"{m.get('n_enc_layers')}+{m.get('n_dec_layers')}"
+        print(f"{t.key:<20}{t.config_hash:<14}{m.get('family', ''):<14}{str(layers):<8}{m.get('d_model'):>8}"
+              f"{str(m.get('n_heads')) + '/' + str(m.get('n_kv_heads')):>12}{str(list(t.probe.batches)):>12}"
+              f"{str(list(t.probe.src_lens)):>22}")
+
+
+def prepare(trials: list[Trial]) -> None:
+    """Nothing to prepare: the probe makes its own inputs."""
+
+
+def estimated_flops(trial: Trial) -> float:
+    return 0.0          # timed, not trained: no order to choose
+
+
+def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
+    keys = sorted({k for m in metrics for k in m if k.startswith("decode_tok_s_b")},
+                  key=lambda k: tuple(int(x[1:]) for x in k.rsplit("_", 2)[-2:]))
+    return [("params", "params"), ("KV B/tok", "kv_bytes_per_token_formula"),
+            *((f"decode tok/s {k.split('_', 3)[3]}", k) for k in keys[:2])]
+
+
+def params(trial: Trial) -> dict:
+    from harness.probes.inference import model_config
+    from model import to_dict
+    probe = {k: (dict(v) if k == "model" else list(v) if isinstance(v, tuple) else v)
+             for k, v in dataclasses.asdict(trial.probe).items()}
+    return {"probe": probe, "model": to_dict(model_config(trial.probe))}
+
+
+def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tuple[dict, str]:
+    """One shape: each point goes to MLflow as it is measured (step = its index), then every figure as final
+    metrics with its `_b{batch}_s{len}` suffix; the whole result as inference.json."""
+    from harness.probes.inference import flat_metrics, measure
+    out_dir.mkdir(parents=True, exist_ok=True)
+    count = [0]
+
+    def on_point(point: dict) -> None:
+        run.log_step(count[0], {k: v for k, v in point.items() if isinstance(v, (int, float)) and v is not None})
+        count[0] += 1
+
+    result = measure(trial.probe, on_point)
+    metrics = {**flat_metrics(result), "device": result["device"], "dtype": result["dtype"],
+               "torch_threads": result["threads"]}
+    run.log_final({**metrics, **{f"arch.{k}": str(v) for k, v in result["manifest"].items()}}, 0)
+    atomic_write(out_dir / "inference.json", json.dumps(result, indent=2) + "\n")
+    run.log_artifacts([out_dir / "inference.json"])
+    last = result["points"][-1]
+    summary = (f"decode {last['decode_tok_s']:,.0f} tok/s, TTFT {last['ttft_ms']:.1f} ms at batch {last['batch']}, "
+               f"source {last['src_len']}")
+    return metrics, summary
