@@ -99,10 +99,12 @@ def estimated_flops(trial: Trial) -> float:
 
 
 def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
+    """Ten characters a column: the cache per token, and decoding at the first and the last point."""
     keys = sorted({k for m in metrics for k in m if k.startswith("decode_tok_s_b")},
                   key=lambda k: tuple(int(x[1:]) for x in k.rsplit("_", 2)[-2:]))
-    return [("params", "params"), ("KV B/tok", "kv_bytes_per_token_formula"),
-            *((f"decode tok/s {k.split('_', 3)[3]}", k) for k in keys[:2])]
+    picked = list(dict.fromkeys([keys[0], keys[-1]])) if keys else []
+    return [("KV B/tok", "kv_bytes_per_token_formula"),
+            *((f"tok/s {k.rsplit('_', 2)[-2]}{k.rsplit('_', 2)[-1]}", k) for k in picked)]
 
 
 def params(trial: Trial) -> dict:
