@@ -65,6 +65,13 @@ def render(table: pd.DataFrame) -> list[str]:
     return md_table(head, body)
 
 
+def _source_axis(ax, table: pd.DataFrame) -> None:
+    """A log axis of source lengths labelled at the lengths measured (no crowded minor labels)."""
+    lengths = sorted(int(x) for x in table["src_len"].unique())
+    ax.set_xticks(lengths, [str(x) for x in lengths])
+    ax.minorticks_off()
+
+
 def plot(table: pd.DataFrame, path: Path) -> Path:
     batches = sorted(table["batch"].unique())
     fig = Figure(figsize=(5 * (len(batches) + 1), 4.2), layout="constrained")
@@ -74,6 +81,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
             ax.plot(g["src_len"], g["decode_tok_s"], marker="o", label=row)
         ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="decode tokens/s",
                title=f"decoding, batch {batch}")
+        _source_axis(ax, table)
         ax.legend(fontsize=7)
     ax = fig.add_subplot(1, len(batches) + 1, len(batches) + 1)
     first = table[table["batch"] == batches[0]]
@@ -81,6 +89,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.plot(g["src_len"], g["kv_bytes_per_sentence"] / 2**10, marker="o", label=row)
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="KiB",
            title="KV cache per sentence after decoding (measured)")
+    _source_axis(ax, table)
     ax.legend(fontsize=7)
     return save_png(fig, path)
 
@@ -93,6 +102,7 @@ def plot_ttft(table: pd.DataFrame, path: Path) -> Path:
         ax.plot(g["src_len"], g["ttft_ms"], marker="o", label=row)
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="ms",
            title=f"time to first token, batch {batch}")
+    _source_axis(ax, table)
     ax.legend(fontsize=7)
     return save_png(fig, path)
 
