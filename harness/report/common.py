@@ -498,9 +498,10 @@ def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:
         first = g.iloc[0]
         settings = {k[len("params.model."):]: v for k, v in first.items()
                     if k.startswith("params.model.") and isinstance(v, str)}
-        if not settings:
+        try:
+            m = manifest(settings)
+        except KeyError:         # a store that logged only some model settings (an older run): no manifest
             continue
-        m = manifest(settings)
         params = first.get("metrics.params")
         body.append([f"**{row}**", m["architecture"], m.get("layers", "–"), m.get("d_model", "–"), m.get("attention", "–"),
                      f"{m.get('query_heads', '–')} / {m.get('kv_heads', '–')}", m.get("head_dim", "–"),
