@@ -142,8 +142,10 @@ def test_beam_search_keeps_each_sentences_cache_rows():
 @pytest.mark.slow
 def test_decoder_only_trains_and_decodes_through_harness_train(capsys, tmp_path):
     from small_models import train_small
+    # Half the paper's rate: at the full one this post-norm stack of 4 at d_model 32 sits at the edge of
+    # divergence, and whether it learns in 120 steps turns on the thread count's rounding.
     metrics, resolved = train_small(main, capsys, tmp_path, "decoder_only", "d_model=32", "d_ff=64", "n_heads=4",
-                                    "n_layers=4", "warmup=40")
+                                    "n_layers=4", "warmup=40", "lr_scale=0.5")
     assert resolved["family"] == "decoder_only" and resolved["lm"] == "prefix"
     curve = metrics["dev_ppl_curve"]
     assert curve[-1][1] < curve[0][1] < resolved["vocab_size"]           # it learns

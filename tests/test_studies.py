@@ -79,6 +79,13 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
             assert math.isfinite(result["exp_n_fwd"]) and result["seq_ops_measured"] >= 1, trial.key
             assert result["path_measured_max_n"] == result["path_formula_max_n"], trial.key
             continue
+        if trial.kind == "inference":   # two tiny points, one repeat
+            small = dataclasses.replace(trial, probe=dataclasses.replace(
+                trial.probe, batches=(1,), src_lens=(4, 8), new_tokens=2, repeats=1, warmup=0, threads=1))
+            result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
+            assert result["decode_tok_s_b1_s8"] > 0 and result["params"] > 0, trial.key
+            assert result["kv_bytes_per_token_b1_s8"] == result["kv_bytes_per_token_formula"], trial.key
+            continue
         small = dataclasses.replace(
             trial, train=dataclasses.replace(trial.train, steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0),
             data=dataclasses.replace(trial.data, train_pairs=1000, dev_pairs=4, test_pairs=4, cache_dir=str(tmp_path)))
