@@ -40,7 +40,7 @@ from .attention import KVCache, MultiHeadAttention
 from .config import DERIVED, FFN, ConfigError, Derived, Norm, NormPosition, Positional, check_choice, \
     check_positive, replace_known
 from .kernels import Kernel, Kernels
-from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
+from .layers import Dropout, FeedForward, PositionalEncoding, init_transformer_weights, make_norm
 from .loss import LossImpl, vocab_loss
 from .transformer import Residual
 
@@ -158,17 +158,7 @@ class DecoderOnly(nn.Module):
             self.out_proj.weight = self.embed_tokens.weight
 
     def reset_parameters(self) -> None:
-        # As model.Transformer: Xavier for projections, the token table N(0, d_model^-0.5).
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif "norm" in name:
-                nn.init.ones_(p)
-            elif p.dim() == 2 and "embed" not in name and name != "positions.table":
-                nn.init.xavier_uniform_(p)
-        nn.init.normal_(self.embed_tokens.weight, std=self.cfg.d_model ** -0.5)
-        with torch.no_grad():
-            self.embed_tokens.weight[self.cfg.pad_id].zero_()
+        init_transformer_weights(self, [self.embed_tokens], self.cfg.d_model, self.cfg.pad_id)   # as the Transformer's
 
     # --- the layout ---
 

@@ -117,3 +117,21 @@ class Rotary(nn.Module):
         out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)         # (B, h, T, d_k/2, 2)
         return out.flatten(-2)
 
+
+
+def init_transformer_weights(module: nn.Module, tables: list[nn.Embedding], d_model: int, pad_id: int) -> None:
+    """The Transformer families' initialisation: Xavier for projections (as torch.nn.Transformer and
+    tensor2tensor), zero biases, unit norm gains; then the token tables, in the order given, N(0, d_model^-0.5),
+    so that after the x sqrt(d_model) scaling of §3.4 they have unit variance, like the sinusoids, with the pad
+    row zero. A fixed order, so that the draws are the same in every process."""
+    for name, p in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif "norm" in name:
+            nn.init.ones_(p)
+        elif p.dim() == 2 and "embed" not in name and name != "positions.table":
+            nn.init.xavier_uniform_(p)
+    for emb in tables:
+        nn.init.normal_(emb.weight, std=d_model ** -0.5)
+        with torch.no_grad():
+            emb.weight[pad_id].zero_()

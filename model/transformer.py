@@ -16,7 +16,7 @@ from torch import nn
 from .attention import KVCache, MultiHeadAttention, Packed
 from .config import TransformerConfig, check_choice
 from .kernels import Kernel, Kernels
-from .layers import Dropout, FeedForward, PositionalEncoding, make_norm
+from .layers import Dropout, FeedForward, PositionalEncoding, init_transformer_weights, make_norm
 from .loss import LossImpl, vocab_loss
 
 
@@ -137,21 +137,10 @@ class Transformer(nn.Module):
             self.out_proj.weight = self.src_embed.weight
 
     def reset_parameters(self) -> None:
-        # Xavier for projections (as torch.nn.Transformer and tensor2tensor); embeddings N(0, d_model^-0.5),
-        # so that after the x sqrt(d_model) scaling of §3.4 they have unit variance, like the sinusoids.
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif "norm" in name:
-                nn.init.ones_(p)
-            elif p.dim() == 2 and "embed" not in name and name != "positions.table":
-                nn.init.xavier_uniform_(p)
-        # Source first, then target (once when shared): a fixed order, so that the draws are the same in every
-        # process (a set of the two modules would be ordered by their addresses).
-        for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):
-            nn.init.normal_(emb.weight, std=self.cfg.d_model ** -0.5)
-            with torch.no_grad():
-                emb.weight[self.cfg.pad_id].zero_()
+        # Source first, then target (once when shared): a fixed order (a set of the two modules would be ordered
+        # by their addresses).
+        init_transformer_weights(self, list(dict.fromkeys((self.src_embed, self.tgt_embed))), self.cfg.d_model,
+                                 self.cfg.pad_id)
 
     # --- pieces, exposed for decoding, parity tests and probes ---
 

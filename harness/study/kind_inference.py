@@ -9,17 +9,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from harness.errors import UserError, suggest
+from harness.errors import suggest
 from harness.io import atomic_write
 from harness.probes.inference_spec import InferenceSpec, inference_fields
 from harness.study.estimate import Timing
-from harness.study.spec import Checker, Selection, Study, StudyFile, checked_rows, pick_profile, pick_rows, resources
+from harness.study.spec import Checker, Selection, Study, StudyFile, probe_layers
 from harness.tracking import TrialRun
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial
 
-BASE_KEYS = {"probe"}
-PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 probe_type = InferenceSpec
 
 
@@ -45,36 +43,21 @@ def _merged(*layers: dict) -> dict:
 
 
 def load(file: StudyFile, sel: Selection) -> Study:
-    chk, raw = file.chk, file.raw
-    if sel.sets:
-        raise UserError(f"--set changes model, train and data settings, and {file.path} is an inference study; "
-                        "change its probe settings (probe.model for the shape) in the study file instead.")
-    base = chk.mapping(raw["base"], "base")
-    chk.keys(base, "base", BASE_KEYS)
-    base_probe = probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
-    all_rows = checked_rows(file)
-    row_probe = {str(r): probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
-    profile, prof = pick_profile(chk, raw, sel.profile)
-    where = f"profiles.{profile}"
-    chk.keys(prof, where, PROFILE_KEYS)
-    prof_probe = probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
-    needs, requires = resources(chk, raw, prof, where)
-    if needs["workers"] != 1:
-        chk.fail("resources.workers", "must be 1 for an inference study: its probe times one process.")
-    chosen = pick_rows(file.path, all_rows, sel.rows)
-    seeds = sel.seeds if sel.seeds else file.seeds
+    """A study whose rows are shapes: base.probe -> row -> profile.probe (their `model` mappings merged)."""
+    chk = file.chk
+    layers = probe_layers(file, sel, probe_settings)
     trials = []
-    for r in chosen:
+    for r in layers.chosen:
         try:
-            spec = InferenceSpec(**_merged(base_probe, row_probe[r], prof_probe))
+            spec = InferenceSpec(**_merged(layers.base, layers.rows[r], layers.profile_probe))
             spec.validate()
             from harness.probes.inference import model_config     # the shape must build: refused before any run
             model_config(spec)
         except (TypeError, ValueError) as err:
-            chk.fail(f"rows.{r} (profile {profile})", f"{err}")
-        trials += [Trial(row=r, seed=s, kind="inference", probe=spec) for s in seeds]
-    return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
-                 trials=trials)
+            chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}")
+        trials += [Trial(row=r, seed=s, kind="inference", probe=spec) for s in layers.seeds]
+    return Study(**file.head, profile=layers.profile, rows=layers.chosen, seeds=layers.seeds, resources=layers.needs,
+                 requires=layers.requires, trials=trials)
 
 
 def print_trials(study: Study, timing: Timing = Timing()) -> None:

@@ -8,17 +8,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from harness.errors import UserError, suggest
+from harness.errors import suggest
 from harness.io import atomic_write
 from harness.probes.scaling_spec import ScalingSpec, scaling_fields
 from harness.study.estimate import Timing
-from harness.study.spec import Checker, Selection, Study, StudyFile, checked_rows, pick_profile, pick_rows, resources
+from harness.study.spec import Checker, Selection, Study, StudyFile, probe_layers
 from harness.tracking import TrialRun
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial
 
-BASE_KEYS = {"probe"}
-PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 probe_type = ScalingSpec
 
 
@@ -32,34 +30,18 @@ def probe_settings(chk: Checker, values: dict, where: str) -> dict:
 
 def load(file: StudyFile, sel: Selection) -> Study:
     """A study whose rows are probe settings: base.probe -> row -> profile.probe."""
-    chk, raw = file.chk, file.raw
-    if sel.sets:
-        raise UserError(f"--set changes model, train and data settings, and {file.path} is a {file.head['kind']} "
-                        f"study without them; change its probe settings in the study file instead.")
-    base = chk.mapping(raw["base"], "base")
-    chk.keys(base, "base", BASE_KEYS)
-    base_probe = probe_settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
-    all_rows = checked_rows(file)
-    row_probe = {str(r): probe_settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
-    profile, prof = pick_profile(chk, raw, sel.profile)
-    where = f"profiles.{profile}"
-    chk.keys(prof, where, PROFILE_KEYS)
-    prof_probe = probe_settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
-    needs, requires = resources(chk, raw, prof, where)
-    if needs["workers"] != 1:
-        chk.fail("resources.workers", "must be 1 for a scaling study: its probe times one process.")
-    chosen = pick_rows(file.path, all_rows, sel.rows)
-    seeds = sel.seeds if sel.seeds else file.seeds
+    chk = file.chk
+    layers = probe_layers(file, sel, probe_settings)
     trials = []
-    for r in chosen:
+    for r in layers.chosen:
         try:
-            spec = ScalingSpec(**{**base_probe, **row_probe[r], **prof_probe})
+            spec = ScalingSpec(**{**layers.base, **layers.rows[r], **layers.profile_probe})
             spec.validate()
         except (TypeError, ValueError) as err:
-            chk.fail(f"rows.{r} (profile {profile})", f"{err}.")
-        trials += [Trial(row=r, seed=s, kind="scaling", probe=spec) for s in seeds]
-    return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
-                 trials=trials)
+            chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}.")
+        trials += [Trial(row=r, seed=s, kind="scaling", probe=spec) for s in layers.seeds]
+    return Study(**file.head, profile=layers.profile, rows=layers.chosen, seeds=layers.seeds, resources=layers.needs,
+                 requires=layers.requires, trials=trials)
 
 
 def print_trials(study: Study, timing: Timing = Timing()) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -319,3 +319,41 @@ def resources(chk: Checker, raw: dict, prof: dict, where: str) -> tuple[dict, di
     requires = chk.mapping(prof.get("requires"), f"{where}.requires")
     chk.keys(requires, f"{where}.requires", REQUIRE_KEYS)
     return resources, requires
+
+
+@dataclass(frozen=True)
+class ProbeLayers:
+    """A probe study's settings read layer by layer (base.probe, each row, the profile's probe), with what the
+    runner needs of the profile: the kinds whose rows are probe settings (scaling, inference) share this."""
+    profile: str
+    base: dict
+    rows: dict[str, dict]
+    profile_probe: dict
+    needs: dict
+    requires: dict
+    chosen: list[str]
+    seeds: list[int]
+
+
+def probe_layers(file: StudyFile, sel: Selection, settings: Callable[[Checker, dict, str], dict]) -> ProbeLayers:
+    """Read a probe study's layers (settings(chk, values, where) checks each) and its profile's resources; refuse
+    `--set` (such a study has no model, train or data settings) and more than one worker (a probe times one
+    process)."""
+    chk, raw, kind = file.chk, file.raw, file.head["kind"]
+    if sel.sets:
+        raise UserError(f"--set changes model, train and data settings, and {file.path} is a {kind} study without "
+                        "them; change its probe settings in the study file instead.")
+    base = chk.mapping(raw["base"], "base")
+    chk.keys(base, "base", {"probe"})
+    base_probe = settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
+    all_rows = checked_rows(file)
+    rows = {str(r): settings(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}") for r, v in all_rows.items()}
+    profile, prof = pick_profile(chk, raw, sel.profile)
+    where = f"profiles.{profile}"
+    chk.keys(prof, where, {"description", "probe", "resources", "requires"})
+    prof_probe = settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
+    needs, requires = resources(chk, raw, prof, where)
+    if needs["workers"] != 1:
+        chk.fail("resources.workers", f"must be 1 for a {kind} study: its probe times one process.")
+    return ProbeLayers(profile, base_probe, rows, prof_probe, needs, requires, pick_rows(file.path, all_rows, sel.rows),
+                       sel.seeds if sel.seeds else file.seeds)
