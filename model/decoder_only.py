@@ -162,9 +162,11 @@ class DecoderOnly(nn.Module):
 
     # --- the layout ---
 
-    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """tokens and their positions (B, T) -> (B, T, d_model): embeddings x sqrt(d_model) plus positions."""
-        if int(positions.max()) >= self.cfg.max_len:
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, check: bool = True) -> torch.Tensor:
+        """tokens and their positions (B, T) -> (B, T, d_model): embeddings x sqrt(d_model) plus positions.
+        check=False: the caller has bounded the positions already (a decoding step, bounded by `new_cache`), so
+        no device read of their maximum on the step's hot path."""
+        if check and int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"source and target together need {int(positions.max()) + 1} positions, more than "
                              f"max_len={self.cfg.max_len}; raise max_len.")
         x = self.embed_tokens(tokens) * self.cfg.d_model ** 0.5
@@ -273,6 +275,9 @@ class DecoderOnly(nn.Module):
         """Caches of S + max_len slots a layer, the source's keys and values (like: `encode`'s memory, rows
         already repeated per beam) in the first S."""
         S = like.size(1)
+        if S + max_len > self.cfg.max_len:       # bounds every step's position (source length + offset)
+            raise ValueError(f"source and target together need {S + max_len} positions, more than "
+                             f"max_len={self.cfg.max_len}; raise max_len.")
         layers = []
         for layer, (k, v) in zip(self.layers, self._split_memory(like)):
             cache = layer.self_attn.sublayer.empty_cache(batch, S + max_len, like)
@@ -297,7 +302,7 @@ class DecoderOnly(nn.Module):
             cache.lengths = mask.flatten(1).sum(1)
         pos = (cache.lengths + offset)[:, None]                                  # (B, 1)
         keys = torch.cat([mask, mask.new_ones(mask.size(0), 1, 1, offset + 1)], -1)    # (B, 1, 1, S + offset + 1)
-        h = self._run(self._embed(tokens[:, None], pos), keys, pos, cache.layers, S + offset)
+        h = self._run(self._embed(tokens[:, None], pos, check=False), keys, pos, cache.layers, S + offset)
         return self.out_proj(h[:, -1])
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
