@@ -70,6 +70,19 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
 
 
+class StaticKVCache(KVCache):
+    """A self-attention cache written at a slot held in a 0-d device tensor and attended whole, masked past that
+    slot: the same shapes at every step, as a captured CUDA graph needs (model/cuda_graph.py). A mask given to
+    `write` (the decoder-only family's source padding, over the whole buffer) is kept as well."""
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self.k.index_copy_(2, offset.view(1), k.to(self.k.dtype))     # autocast: bf16 k, fp32 cache
+        self.v.index_copy_(2, offset.view(1), v.to(self.v.dtype))
+        visible = (torch.arange(self.k.size(2), device=self.k.device) <= offset).view(1, 1, 1, -1)
+        return self.k, self.v, visible if mask is None else visible & mask
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V.
 

@@ -1,8 +1,11 @@
 """Cached decoding as the replay of one captured CUDA graph per step.
 
 On a GPU a cached step is small work in many small kernels, so launching them costs more than running them.
-`StepGraph` captures `Transformer.decode_step` once and replays it; for that the step must have the same
-shapes at every position, which `StaticKVCache` gives it.
+`StepGraph` captures a family's `decode_step` once and replays it; for that the step must have the same
+shapes at every position, which `StaticKVCache` (model/attention.py) gives it. A family whose step can be
+captured says so (`capturable = True`) and gives two hooks: `static_cache(cache)`, its cache with every
+self-attention buffer a `StaticKVCache`, and `mark_written(cache, step)`, what beam search's reorder then
+moves (the Transformer and the decoder-only family have them).
 """
 
 from __future__ import annotations
@@ -11,23 +14,11 @@ import warnings
 
 import torch
 
-from .attention import KVCache
-from .transformer import Transformer
-
-
-class StaticKVCache(KVCache):
-    """A self-attention cache written at a position held in a 0-d device tensor and attended whole, masked
-    past that position: the same shapes at every step, as a captured graph needs."""
-
-    def write(self, k: torch.Tensor, v: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor | None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        self.k.index_copy_(2, offset.view(1), k.to(self.k.dtype))     # autocast: bf16 k, fp32 cache
-        self.v.index_copy_(2, offset.view(1), v.to(self.v.dtype))
-        return self.k, self.v, (torch.arange(self.k.size(2), device=self.k.device) <= offset).view(1, 1, 1, -1)
+from .family import Seq2SeqModel
 
 
 class StepGraph:
-    """`Transformer.decode_step` with fixed shapes, captured once as a CUDA graph and replayed per step.
+    """A family's `decode_step` with fixed shapes, captured once as a CUDA graph and replayed per step.
 
     Its inputs live in static buffers: the previous tokens, and the position as a 0-d device tensor, so
     that the graph is the same at every step (the self-attention caches become `StaticKVCache`s over the
@@ -35,10 +26,10 @@ class StepGraph:
     (then with a warning), the same static step runs eagerly: the tests check it there against the ordinary
     cached step."""
 
-    def __init__(self, model: Transformer, memory: torch.Tensor, mask: torch.Tensor | None,
-                 cache: list[tuple[KVCache, KVCache]], capture: bool = True):
+    def __init__(self, model: Seq2SeqModel, memory: torch.Tensor, mask: torch.Tensor | None, cache,
+                 capture: bool = True):
         self.model, self.memory, self.mask = model, memory, mask
-        self.cache = [(StaticKVCache(own.k, own.v), cross) for own, cross in cache]
+        self.cache = model.static_cache(cache)
         device = memory.device
         self.tokens = torch.zeros(memory.size(0), dtype=torch.long, device=device)
         self.offset = torch.zeros((), dtype=torch.long, device=device)
@@ -76,8 +67,7 @@ class StepGraph:
         """Logits (rows, vocab) after tokens (rows,) at position `step`; valid until the next call."""
         self.tokens.copy_(tokens)
         self.offset.fill_(step)
-        for self_cache, _ in self.cache:
-            self_cache.length = step + 1                                  # what beam search reorders
+        self.model.mark_written(self.cache, step)                         # what beam search reorders
         if self.graph is None:
             return self._run()
         self.graph.replay()

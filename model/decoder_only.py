@@ -36,7 +36,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, StaticKVCache
 from .config import DERIVED, FFN, ConfigError, Derived, Norm, NormPosition, Positional, check_choice, \
     check_positive, replace_known
 from .kernels import Kernel, Kernels
@@ -132,6 +132,7 @@ class DecoderCache:
     row's number of real source tokens, which places its target tokens."""
     layers: list[KVCache]
     lengths: torch.Tensor | None = None      # (rows,), from the source mask at the first step
+    source: int = 0                          # S: the slots the source fills, target token j's is S + j
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.layers)
@@ -140,7 +141,7 @@ class DecoderCache:
 class DecoderOnly(nn.Module):
     """One stack over `source <sep> target`. kernel and loss_impl: as `model.Transformer`'s."""
 
-    capturable = False     # a step's key mask grows with it; the captured CUDA-graph step is the Transformer's
+    capturable = True      # decode_step takes a 0-d device offset: one CUDA graph serves every step
 
     def __init__(self, cfg: DecoderOnlyConfig, kernel: Kernel = "auto", loss_impl: LossImpl = "auto"):
         super().__init__()
@@ -284,7 +285,20 @@ class DecoderOnly(nn.Module):
             cache.k[:, :, :S], cache.v[:, :, :S] = k, v
             cache.length = S
             layers.append(cache)
-        return DecoderCache(layers)
+        return DecoderCache(layers, source=S)
+
+    @staticmethod
+    def static_cache(cache: DecoderCache) -> DecoderCache:
+        """The cache of a captured step (model/cuda_graph.py): each buffer a `StaticKVCache`, the source's keys
+        and values already in its first S slots."""
+        layers = [StaticKVCache(c.k, c.v, c.length) for c in cache.layers]
+        return DecoderCache(layers, cache.lengths, cache.source)
+
+    @staticmethod
+    def mark_written(cache: DecoderCache, step: int) -> None:
+        """A captured step's cache holds the source and target tokens 0 .. step: what beam search's reorder moves."""
+        for layer in cache.layers:
+            layer.length = cache.source + step + 1
 
     def reorder_cache(self, cache: DecoderCache, rows: torch.Tensor) -> None:
         """Beam search: keep the surviving beams' caches (rows index within a sentence's beams, whose source
@@ -295,13 +309,17 @@ class DecoderOnly(nn.Module):
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                     cache: DecoderCache, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, vocab) for the token after `tokens` (B,), target position `offset`: its keys and values go
-        to slot S + offset, its position is the row's source length + offset."""
+        to slot S + offset, its position is the row's source length + offset. offset: an int, or a 0-d device
+        tensor for a captured step (`static_cache`), which then attends to the whole buffer, its slots past
+        S + offset masked by the cache. positions: unused (no word positions in this family)."""
         mask = self._source_keys(memory, mask)
         S = mask.size(-1)
         if cache.lengths is None:
             cache.lengths = mask.flatten(1).sum(1)
         pos = (cache.lengths + offset)[:, None]                                  # (B, 1)
-        keys = torch.cat([mask, mask.new_ones(mask.size(0), 1, 1, offset + 1)], -1)    # (B, 1, 1, S + offset + 1)
+        # The target's keys: those so far (offset + 1 of them), or in a captured step the whole buffer's.
+        seen = cache.layers[0].k.size(2) - S if torch.is_tensor(offset) else offset + 1
+        keys = torch.cat([mask, mask.new_ones(mask.size(0), 1, 1, seen)], -1)    # (B, 1, 1, S + seen)
         h = self._run(self._embed(tokens[:, None], pos, check=False), keys, pos, cache.layers, S + offset)
         return self.out_proj(h[:, -1])
 

@@ -15,8 +15,10 @@ What the trainer and the decoders need of a family's module (the Transformer is 
 - `encode(src)` -> (memory (B, S, d), mask); `new_cache(batch, max_len, like)`; `decode_step(tokens, memory,
   mask, cache, offset, positions=None)` -> next-token logits; `reorder_cache(cache, rows)` after a beam step; `decode(tgt_in, memory, mask)` -> hidden states and
   `out_proj` for uncached decoding.
-A family that does not support something the Transformer does (packed batches, word positions, captured
-decoding steps) leaves the config field out or False, and the caller falls back.
+A family whose decoding step can be captured as a CUDA graph sets `capturable = True` and has
+`static_cache(cache)` and `mark_written(cache, step)` (model/cuda_graph.py), its `decode_step` taking the offset
+as a 0-d device tensor. A family that does not support something the Transformer does (packed batches, word
+positions, captured decoding steps) leaves the config field out or False, and the caller falls back.
 
 Adding a family touches its own module and one `register` call.
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention, Packed
+from .attention import KVCache, MultiHeadAttention, Packed, StaticKVCache
 from .config import TransformerConfig, check_choice
 from .kernels import Kernel, Kernels
 from .layers import Dropout, FeedForward, PositionalEncoding, init_transformer_weights, make_norm
@@ -253,6 +253,17 @@ class Transformer(nn.Module):
         the cross-attention caches are equal within a sentence and stay."""
         for self_cache, _ in cache:
             self_cache.reorder(rows)
+
+    @staticmethod
+    def static_cache(cache: list[tuple[KVCache, KVCache]]) -> list[tuple[KVCache, KVCache]]:
+        """The cache of a captured step (model/cuda_graph.py): each self-attention buffer a `StaticKVCache`."""
+        return [(StaticKVCache(own.k, own.v), cross) for own, cross in cache]
+
+    @staticmethod
+    def mark_written(cache: list[tuple[KVCache, KVCache]], step: int) -> None:
+        """A captured step's cache holds positions 0 .. step: what beam search's reorder moves."""
+        for own, _ in cache:
+            own.length = step + 1
 
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None,
                     cache: list[tuple[KVCache, KVCache]], offset: int | torch.Tensor,

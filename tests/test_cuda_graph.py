@@ -38,6 +38,44 @@ def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
                     static_cross.reorder(order)
 
 
+DECODER_ONLY = {"prefix": {}, "causal": dict(lm="causal"),
+                "redesign": dict(positional="rope", norm_position="pre", norm="rms", ffn="swiglu", n_kv_heads=2)}
+
+
+@pytest.mark.parametrize("name", DECODER_ONLY)
+def test_the_decoder_only_static_step_gives_the_cached_steps_logits(name):
+    """The decoder-only family's captured step: its cache holds the prefilled source in the first S slots and
+    the target from slot S on, the source's padding masked over the whole buffer. Eager here: equal logits to
+    the ordinary cached step at every position, also after a reorder that moves rows between sentences of
+    different source lengths; and greedy and beam search equal with and without the static step."""
+    from model.cuda_graph import StepGraph
+    from model.decoder_only import DecoderOnly, DecoderOnlyConfig
+    torch.manual_seed(0)
+    model = DecoderOnly(DecoderOnlyConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=64,
+                                          p_drop=0.0, **DECODER_ONLY[name])).eval()
+    assert model.capturable
+    src = torch.randint(4, 40, (3, 7))
+    src[1, 5:] = 0
+    prefix = torch.randint(4, 40, (3, 9))
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        cache = model.new_cache(3, 9, memory)
+        static = StepGraph(model, memory, mask, model.new_cache(3, 9, memory))
+        for t in range(9):
+            want = model.decode_step(prefix[:, t], memory, mask, cache, t)
+            assert torch.allclose(static(prefix[:, t], t), want, atol=1e-5), t
+            if t == 4:                             # rows 0 and 2 swap places, row 0 is copied over row 2
+                order = torch.tensor([2, 0, 0])
+                for caches in (cache, static.cache):
+                    model.reorder_cache(caches, order)
+                    caches.lengths = caches.lengths[order]
+                prefix, memory, mask = prefix[order], memory[order], mask[order]
+                static.memory, static.mask = memory, mask
+        for search in (greedy, beam_search):
+            assert search(model, src, 2, 3, max_extra=8, graph=True) == search(model, src, 2, 3, max_extra=8,
+                                                                               graph=False)
+
+
 def test_the_static_step_decodes_under_bf16_autocast_as_the_cached_step_does():
     """Under autocast the projections give bf16 keys while the cache keeps the memory's fp32 (as a GPU's bf16
     decoding has it): the static step stores them as the ordinary step does, and its logits agree to bf16
@@ -66,6 +104,24 @@ def test_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step():
     from model.cuda_graph import StepGraph
     torch.manual_seed(0)
     model = Transformer(small(**VARIANTS["rope"])).cuda().eval()
+    src = torch.randint(4, 40, (6, 9), device="cuda")
+    src[2, 6:] = 0
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        assert StepGraph(model, memory, mask, model.new_cache(6, 12, memory)).graph is not None
+    assert greedy(model, src, 2, 3, max_extra=8) == greedy(model, src, 2, 3, max_extra=8, graph=False)
+    assert beam_search(model, src, 2, 3, max_extra=8) == beam_search(model, src, 2, 3, max_extra=8, graph=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", DECODER_ONLY)
+def test_decoder_only_decoding_from_captured_cuda_graphs_equals_decoding_step_by_step(name):
+    from model.cuda_graph import StepGraph
+    from model.decoder_only import DecoderOnly, DecoderOnlyConfig
+    torch.manual_seed(0)
+    model = DecoderOnly(DecoderOnlyConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=64,
+                                          p_drop=0.0, **DECODER_ONLY[name])).cuda().eval()
     src = torch.randint(4, 40, (6, 9), device="cuda")
     src[2, 6:] = 0
     with torch.no_grad():

@@ -16,6 +16,8 @@ def test_quick_gpu_check_runs_every_step_on_a_cpu(tmp_path, capsys):
                                     "train cpu_d128 packed", "train cpu_d128 compiled, shape buckets"}
     assert report["steps"]["parity"]["ok"] is True
     assert report["steps"]["parity"]["graph_captured"] is False              # no CUDA: the static step, eager
+    assert report["steps"]["parity"]["decoder_only_graph_captured"] is False
+    assert report["steps"]["parity"]["decoder_only_graph_beam_equal"] is True
     assert "aten::mm" in report["steps"]["profile"]["table"]
     varied = report["steps"]["bench cpu_d128 varied lengths"]["training"]
     assert varied["core (packed)"]["tgt_tokens_per_s"] > 0

@@ -69,6 +69,11 @@ def test_the_metrics_by_position_for_both_shapes_and_none_for_a_rival():
     data = ParallelData(src, tgt)
     out = source_attention_metrics(_decoder_only(), data, 30, torch.device("cpu"), 400, min_tokens=5)
     assert {"src_mass_p1", "src_contrib_p1"} <= set(out) and all(0 < v < 1 for v in out.values())
+    # Per layer too, and the stack's figure is the mean of its layers' (same tokens at every layer).
+    layers = _decoder_only().cfg.n_layers
+    assert {f"src_mass_L{layer}_p1" for layer in range(1, layers + 1)} <= set(out)
+    assert not any(k.startswith(f"src_mass_L{layers + 1}_") for k in out)
+    assert out["src_mass_p2"] == pytest.approx(sum(out[f"src_mass_L{i}_p2"] for i in range(1, layers + 1)) / layers)
     assert not any(k.startswith("src_mass") for k in
                    source_attention_metrics(_encoder_decoder(), data, 30, torch.device("cpu"), 400, min_tokens=5))
     assert "src_contrib_p1" in source_attention_metrics(_encoder_decoder(), data, 30, torch.device("cpu"), 400, 5)
@@ -90,9 +95,9 @@ def test_the_report_section_tables_each_rows_shares_by_position_and_the_fade(tmp
                     rec[f"metrics.src_mass_p{p}"] = mass(p, seed)
                     rec[f"metrics.src_uniform_p{p}"] = 0.5 - 0.02 * p
             rows.append(rec)
-    lines, plot = source_attention_section(pd.DataFrame(rows), ["base", "prefix"], tmp_path / "s.png")
+    lines, plots = source_attention_section(pd.DataFrame(rows), ["base", "prefix"], tmp_path / "s.png")
     text = "\n".join(lines)
-    assert plot is not None and plot.exists()
+    assert [p.name for p in plots] == ["s.png"] and plots[0].exists() and "![s](s.png)" in text
     # prefix: positions 1-3 average 0.54 + 0.01 s, positions 8-10 0.33 + 0.01 s: a fade of +21.0 points each seed
     assert "| **prefix** | 3 | 58.0 [55.5, 60.5] |" in text and "+21.0 [+21.0, +21.0] |" in text
     # uniform: positions 1-3 average 0.46, 8-10 0.32, a fade of 14 points; beyond it the model's is 7
@@ -100,4 +105,45 @@ def test_the_report_section_tables_each_rows_shares_by_position_and_the_fade(tmp
     assert "+21.0 [+21.0, +21.0] | +7.0 [+7.0, +7.0] |" in text
     assert text.count("| **base** |") == 1                           # no mass for the encoder-decoder
     assert source_attention_section(pd.DataFrame([{"tags.row": "base", "status": "FINISHED"}]), ["base"],
-                                    tmp_path / "t.png") == ([], None)
+                                    tmp_path / "t.png") == ([], [])
+
+
+def test_the_report_gives_each_layers_share_and_fade_with_a_plot(tmp_path):
+    import pandas as pd
+
+    from harness.report.source_attention import source_attention_section
+    rows = []
+    for seed in range(2):
+        for row, kind, layers in (("base", "contrib", 2), ("prefix", "mass", 3)):
+            rec = {"tags.row": row, "status": "FINISHED"}
+            for p in range(1, 11):
+                rec[f"metrics.src_{kind}_p{p}"] = 0.5
+                for layer in range(1, layers + 1):      # layer l fades by l points a position
+                    rec[f"metrics.src_{kind}_L{layer}_p{p}"] = 0.8 - 0.01 * layer * p + 0.01 * seed
+            rows.append(rec)
+    lines, plots = source_attention_section(pd.DataFrame(rows), ["base", "prefix"], tmp_path / "s.png")
+    text = "\n".join(lines)
+    assert [p.name for p in plots] == ["s.png", "s_by_layer.png"] and all(p.exists() for p in plots)
+    # prefix layer 3: positions 1-3 average 0.74 (+0.01 per seed), 8-10 0.53: a fade of 3 x 7 = 21 points
+    assert "|  | mass | 3 | 74.5 [68.1, 80.9] | 53.5 [47.1, 59.9] | +21.0 [+21.0, +21.0] |" in text
+    assert "| **base** | contribution | 1 | 78.5 [72.1, 84.9] |" in text
+    assert "| **prefix** | mass | 1 |" in text and "|  | mass | 4 |" not in text
+
+
+def test_the_fade_claim_reads_each_runs_contribution_fade():
+    import pandas as pd
+
+    from harness.report.claims import check_claims, per_seed
+    rows = []
+    for seed in range(3):
+        for row, slope in (("base", 0.0), ("prefix", 0.02 + 0.001 * seed)):
+            rec = {"tags.row": row, "tags.seed": seed, "status": "FINISHED", "metrics.dev_ppl": 2.0}
+            for p in range(1, 11):
+                rec[f"metrics.src_contrib_p{p}"] = 0.6 - slope * p
+            rows.append(rec)
+    runs = pd.DataFrame(rows)
+    fades = per_seed(runs, "src_contrib_fade")    # positions 1-3 against 8-10: 7 positions of the slope apart
+    assert fades["base"] == {0: 0.0, 1: 0.0, 2: 0.0}
+    assert fades["prefix"] == pytest.approx({0: 0.14, 1: 0.147, 2: 0.154})
+    fade = next(c for c in check_claims("decoder_only", runs) if c["id"] == "source_attention_fades")
+    assert fade["verdict"] == "holds" and fade["diff"] == pytest.approx(0.147)

@@ -35,6 +35,7 @@ import torch
 
 from model import Transformer, beam_search, get_preset, greedy
 from model.cuda_graph import StepGraph
+from model.decoder_only import DecoderOnly, DecoderOnlyConfig
 
 from harness.bench.speed import PAD, _bench_preset, packed, synthetic_batch, training_step
 from harness.data.corpus import DataConfig
@@ -72,29 +73,42 @@ def _parity(device: torch.device) -> dict:
     out.update(_decoding_parity(device))
     out["ok"] = (out["loss_rel_diff"] < 1e-4 and out["grad_max_abs_diff"] < 1e-3
                  and out["packed_vs_padded_max_abs_diff"] < 0.1 and out["graph_logits_max_abs_diff"] < 1e-3
-                 and out["graph_greedy_equal"] and out["graph_beam_equal"])
+                 and out["graph_greedy_equal"] and out["graph_beam_equal"]
+                 and out["decoder_only_graph_logits_max_abs_diff"] < 1e-3
+                 and out["decoder_only_graph_greedy_equal"] and out["decoder_only_graph_beam_equal"])
     return out
 
 
 @torch.no_grad()
 def _decoding_parity(device: torch.device) -> dict:
     """fp32: the logits of a captured step graph (`StepGraph`) against ordinary cached steps over 30
-    positions, and greedy and beam outputs with and without graphs."""
+    positions, and greedy and beam outputs with and without graphs; for the core (keys `graph_*`) and for a
+    decoder-only model of the redesign's shape (keys `decoder_only_graph_*`: pre-norm RMSNorm, RoPE, SwiGLU,
+    2 key/value heads), whose cache holds the prefilled source before the target."""
     cfg = get_preset("cpu_d128").replace(vocab_size=1000, p_drop=0.0)
+    out = _graph_parity(device, lambda: Transformer(cfg), cfg.vocab_size, "graph")
+    do_cfg = DecoderOnlyConfig(vocab_size=1000, d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
+                               n_layers=2 * cfg.n_layers, p_drop=0.0, positional="rope", norm_position="pre",
+                               norm="rms", ffn="swiglu", n_kv_heads=2)
+    out.update(_graph_parity(device, lambda: DecoderOnly(do_cfg), do_cfg.vocab_size, "decoder_only_graph"))
+    return out
+
+
+def _graph_parity(device: torch.device, build, vocab_size: int, key: str) -> dict:
     torch.manual_seed(0)
-    model = Transformer(cfg).to(device).eval()
-    src = synthetic_batch(16, 20, cfg.vocab_size, "cpu", vary=True)[0].to(device)
-    prefix = torch.randint(4, cfg.vocab_size, (16, 30)).to(device)
+    model = build().to(device).eval()
+    src = synthetic_batch(16, 20, vocab_size, "cpu", vary=True)[0].to(device)
+    prefix = torch.randint(4, vocab_size, (16, 30)).to(device)
     memory, mask = model.encode(src)
     cache = model.new_cache(16, 30, memory)
     step = StepGraph(model, memory, mask, model.new_cache(16, 30, memory))
     diff = max((step(prefix[:, t], t) - model.decode_step(prefix[:, t], memory, mask, cache, t)).abs().max().item()
                for t in range(30))
-    return {"graph_captured": step.graph is not None, "graph_logits_max_abs_diff": diff,
-            "graph_greedy_equal": greedy(model, src, 2, 3, max_extra=10) == greedy(model, src, 2, 3, max_extra=10,
+    return {f"{key}_captured": step.graph is not None, f"{key}_logits_max_abs_diff": diff,
+            f"{key}_greedy_equal": greedy(model, src, 2, 3, max_extra=10) == greedy(model, src, 2, 3, max_extra=10,
                                                                                     graph=False),
-            "graph_beam_equal": beam_search(model, src, 2, 3, max_extra=10) == beam_search(model, src, 2, 3,
-                                                                                             max_extra=10, graph=False)}
+            f"{key}_beam_equal": beam_search(model, src, 2, 3, max_extra=10) == beam_search(model, src, 2, 3,
+                                                                                         max_extra=10, graph=False)}
 
 
 def _profile(preset: str, device: torch.device, quick: bool) -> dict:
@@ -199,9 +213,10 @@ def _summary(r: dict) -> str:
         lines.append(f"parity ok: {parity['ok']} (loss rel diff {parity['loss_rel_diff']:.1e}, grad max diff "
                      f"{parity['grad_max_abs_diff']:.1e}, packed vs padded {parity['packed_vs_padded_max_abs_diff']:.1e}, "
                      f"varlen kernel {parity['varlen_kernel']})")
-        lines.append(f"decoding with CUDA graphs: captured {parity['graph_captured']}, logits max diff "
-                     f"{parity['graph_logits_max_abs_diff']:.1e}, greedy equal {parity['graph_greedy_equal']}, "
-                     f"beam equal {parity['graph_beam_equal']}")
+        for key, name in (("graph", "the core"), ("decoder_only_graph", "decoder-only (redesign shape)")):
+            lines.append(f"decoding with CUDA graphs, {name}: captured {parity[f'{key}_captured']}, logits max "
+                         f"diff {parity[f'{key}_logits_max_abs_diff']:.1e}, greedy equal "
+                         f"{parity[f'{key}_greedy_equal']}, beam equal {parity[f'{key}_beam_equal']}")
     lines += ["", "| step | entrant | step ms | tgt tok/s | % of matmul peak | x torch.nn.Transformer |", "|---|---|---|---|---|---|"]
     for name, res in r["steps"].items():
         for key in ("training", "training_compiled"):

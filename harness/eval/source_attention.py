@@ -13,6 +13,9 @@ Two measures, each averaged over layers, heads (where there are heads) and the r
   sums; in the encoder-decoder the source part is the cross-attention's output and the target part the
   self-attention's (each without the output bias, a constant).
 
+Each is also kept per layer (`src_mass_L{l}_p{T}`, `src_contrib_L{l}_p{T}`, layers from 1 at the input): Fu et
+al. describe the fade as a property of the whole stack, and the layers need not share it.
+
 The probabilities are recomputed from each attention layer's own projections and inputs, caught by forward
 hooks during one teacher-forced pass, so the kernel that ran (SDPA, the explicit CPU path) does not matter; a
 test holds them to the layer's output.
@@ -72,8 +75,8 @@ class _Recorder:
 def source_shares(model, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = 0
                   ) -> dict[str, torch.Tensor]:
     """Per real target token (B, T): `contribution` for both shapes, and for the decoder-only family `mass` and
-    `uniform` (the mass uniform attention would give), each the mean over layers (and heads); NaN at padded
-    target positions."""
+    `uniform` (the mass uniform attention would give), each the mean over layers (and heads); and per layer
+    (L, B, T), `contribution_layers` and `mass_layers`. NaN at padded target positions."""
     family = getattr(model.cfg, "family", "transformer")
     if family not in FAMILIES:
         raise ValueError(f"source attention is measured for the {' and '.join(FAMILIES)} families, not {family!r}.")
@@ -109,6 +112,8 @@ def source_shares(model, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch
             parts = [(out_ - attn.out_proj.bias).norm(dim=-1) for attn, _, _, out_ in (self_call, cross_call)]
             out["contribution"].append(parts[1] / (parts[0] + parts[1]))
     shares = {k: torch.stack(v).mean(0).masked_fill(~real, float("nan")) for k, v in out.items() if v}
+    shares.update({f"{k}_layers": torch.stack(out[k]).masked_fill(~real, float("nan"))
+                   for k in ("contribution", "mass") if out[k]})
     return shares
 
 
@@ -130,21 +135,24 @@ MIN_TOKENS = 20
 def source_attention_metrics(model, data, n_sentences: int, device: torch.device, max_tokens: int,
                              min_tokens: int = MIN_TOKENS) -> dict:
     """`src_contrib_pT` (and, for the decoder-only family, `src_mass_pT` and `src_uniform_pT`) for every target
-    position T from 1
-    with at least min_tokens real tokens among the first n_sentences dev pairs (data: ParallelData); {} for a
-    family this does not measure."""
+    position T from 1 with at least min_tokens real tokens among the first n_sentences dev pairs (data:
+    ParallelData), and the same per layer l from 1 (`src_contrib_Ll_pT`, `src_mass_Ll_pT`); {} for a family this
+    does not measure."""
     from harness.data.batching import token_batches
     if getattr(model.cfg, "family", "transformer") not in FAMILIES:
         return {}
     n = min(n_sentences, len(data))
+    short = {"contribution": "src_contrib", "mass": "src_mass", "uniform": "src_uniform"}
     sums: dict[str, dict[int, list[float]]] = {}
     for index in token_batches(data.src_lens[:n], data.tgt_lens[:n], max_tokens):
         b = data.collate(index).to(device)
         for name, shares in source_shares(model, b.src, b.tgt_in, b.tgt_out, model.cfg.pad_id).items():
-            for pos, mean, count in by_position(shares.float()):
-                total = sums.setdefault(name, {}).setdefault(pos, [0.0, 0])
-                total[0] += mean * count
-                total[1] += count
-    prefix = {"contribution": "src_contrib", "mass": "src_mass", "uniform": "src_uniform"}
-    return {f"{prefix[name]}_p{pos}": total / count for name, by_pos in sums.items()
+            per_layer = name.endswith("_layers")
+            for layer, layer_shares in enumerate(shares if per_layer else shares[None], 1):
+                key = f"{short[name.removesuffix('_layers')]}_L{layer}" if per_layer else short[name]
+                for pos, mean, count in by_position(layer_shares.float()):
+                    total = sums.setdefault(key, {}).setdefault(pos, [0.0, 0])
+                    total[0] += mean * count
+                    total[1] += count
+    return {f"{key}_p{pos}": total / count for key, by_pos in sums.items()
             for pos, (total, count) in sorted(by_pos.items()) if count >= min_tokens}

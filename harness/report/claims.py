@@ -29,6 +29,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from harness.report.shares import fade_per_run, positions
+
 CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
 # Metric name in claims.yaml -> (the final MLflow metric, transform). nll: ln(PPL), so that differences are
 # ratios of perplexity and seeds average on the scale the loss is trained on.
@@ -44,7 +46,11 @@ METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bl
            "path_formula": ("path_formula_max_n", None),
            # Table 2's rivals: the training cost counted (FLOPs), and the agreement contrasts' accuracy (%) over
            # the pairs at least 4 target words apart (harness/eval/agreement.py).
-           "train_flops": ("train_flops", None), "agree_long": ("agree_acc_long", None)}
+           "train_flops": ("train_flops", None), "agree_long": ("agree_acc_long", None),
+           # studies/decoder_only.yaml: how far the source's share of what the attention sub-layers add falls from
+           # the first target positions to the later ones, per run (harness/report/shares.py's fade,
+           # from the src_contrib_pT metrics; > 0: the source fades).
+           "src_contrib_fade": ("contrib", "fade")}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
@@ -136,14 +142,21 @@ def claims_for(study: str) -> list[Claim]:
 
 
 def per_seed(runs: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
-    """{row: {seed: value}} for a claims metric over the FINISHED runs (nll = ln PPL)."""
+    """{row: {seed: value}} for a claims metric over the FINISHED runs (nll = ln PPL; a fade computed from the
+    runs' metrics by target position)."""
     key, transform = METRICS[metric]
-    col = f"metrics.{key}"
     out: dict[str, dict[int, float]] = {}
-    if col not in runs:
-        return out
     done = runs[runs["status"] == "FINISHED"]
-    for row, seed, value in zip(done["tags.row"].astype(str), done["tags.seed"], pd.to_numeric(done[col], errors="coerce")):
+    if transform == "fade":
+        values = fade_per_run(done, key, positions(runs, key))
+        if values is None:
+            return out
+    else:
+        col = f"metrics.{key}"
+        if col not in runs:
+            return out
+        values = pd.to_numeric(done[col], errors="coerce")
+    for row, seed, value in zip(done["tags.row"].astype(str), done["tags.seed"], values):
         if pd.isna(value) or (transform == "log" and value <= 0):
             continue
         out.setdefault(row, {})[int(seed)] = math.log(value) if transform == "log" else float(value)

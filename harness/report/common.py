@@ -240,6 +240,8 @@ def _claim_value(metric: str, x: float) -> str:
         return "–"
     if metric in ("nll", "test_nll"):
         return f"PPL {math.exp(x):.2f}"
+    if metric.endswith("_fade"):                                   # a share's fall, in percentage points
+        return f"fade {100 * x:+.1f} points"
     return f"{x:g}" if metric in ("seq_ops", "path") else f"{x:.2f}"      # counts as counts
 
 

@@ -14,20 +14,11 @@ from matplotlib.figure import Figure
 
 from harness.report.claims import interval
 from harness.report.common import md_table, save_png
+from harness.report.shares import EARLY, LATE, fade_per_run, positions
 
-_METRIC = re.compile(r"^metrics\.src_(mass|contrib|uniform)_p(\d+)$")
-# The fade: the mean share over the first EARLY positions against the mean over the positions from LATE on
-# (as far as every row measured them), fixed before any run was read.
-EARLY, LATE = 3, 8
-
-
+_LAYER_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_L(\d+)_p(\d+)$")
 def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
     return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
-
-
-def positions(runs: pd.DataFrame, kind: str) -> list[int]:
-    """The target positions (from 1) some run logged `src_{kind}_pN` for, in order."""
-    return sorted(int(m[2]) for c in runs.columns if (m := _METRIC.match(c)) and m[1] == kind)
 
 
 def _cell(values) -> str:
@@ -37,23 +28,13 @@ def _cell(values) -> str:
     return f"{100 * mean:.1f}" if n < 2 else f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
-def _fade_per_seed(done: pd.DataFrame, kind: str, pos: list[int]) -> pd.Series | None:
-    """Per seed: the mean share over positions 1..EARLY minus that over LATE.. (None without both)."""
-    early = [p for p in pos if p <= EARLY and f"metrics.src_{kind}_p{p}" in done]
-    late = [p for p in pos if p >= LATE and f"metrics.src_{kind}_p{p}" in done]
-    if not early or not late:
-        return None
-    return done[[f"metrics.src_{kind}_p{p}" for p in early]].mean(axis=1) - \
-        done[[f"metrics.src_{kind}_p{p}" for p in late]].mean(axis=1)
-
-
 def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = None) -> str:
     """The fade's mean over seeds and its 95 % interval; minus: another kind's fade taken away, seed by seed."""
-    per_seed = _fade_per_seed(done, kind, pos)
+    per_seed = fade_per_run(done, kind, pos)
     if per_seed is None:
         return "–"
     if minus is not None:
-        other = _fade_per_seed(done, minus, pos)
+        other = fade_per_run(done, minus, pos)
         if other is None:
             return "–"
         per_seed = per_seed - other
@@ -63,11 +44,12 @@ def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = Non
     return f"{100 * mean:+.1f}" if n < 2 else f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
-def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], Path | None]:
-    """The section's lines and its plot, or ([], None) where no run measured it."""
+def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], list[Path]]:
+    """The section's lines (its plots' image links among them) and its plots (path, and beside it
+    `*_by_layer.png` where the runs measured each layer), or ([], []) where no run measured it."""
     kinds = [k for k in ("mass", "contrib") if positions(runs, k)]      # `uniform` goes into mass's table
     if not kinds:
-        return [], None
+        return [], []
     lines = ["## How much each target position reads the source", "",
              "Fu et al. (2023) found a decoder-only translation model's attention to the source fading as the target "
              "grows (\"attention degeneration\"); an encoder-decoder reads the source through its cross-attention "
@@ -107,7 +89,61 @@ def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -
             body.append(["uniform attention", str(len(done)), *cells, _fade(done, "uniform", pos), "0"])
         name = "attention mass on the source" if kind == "mass" else "source share of the attention's contribution"
         lines += [f"**{name}** (%), by target position:", ""] + md_table(head, body) + [""]
-    return lines, plot_source_attention(runs, order, kinds, path)
+    plots = [plot_source_attention(runs, order, kinds, path)]
+    lines += [f"![{plots[0].stem}]({plots[0].name})", ""]
+    layer_lines, layer_plot = _by_layer(runs, order, path.with_name(f"{path.stem}_by_layer.png"))
+    lines += layer_lines
+    plots += [layer_plot] if layer_plot else []
+    return lines, plots
+
+
+def _layer_kind(runs: pd.DataFrame, row: str) -> tuple[str, list[int]] | None:
+    """(the per-layer measure a row has: `mass` where it logged one, else `contrib`; its layers), or None."""
+    done = _finished(runs, row)
+    for kind in ("mass", "contrib"):
+        layers = sorted({int(m[2]) for c in runs.columns if (m := _LAYER_METRIC.match(c)) and m[1] == kind
+                         and done[c].notna().any()})
+        if layers:
+            return kind, layers
+    return None
+
+
+def _by_layer(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], Path | None]:
+    """Per layer of each row: its share over positions 1..EARLY and over LATE.., and the fade between them with
+    its seed interval (the decoder-only rows' attention mass, the encoder-decoder's contribution), a table and a
+    plot of each layer's share by position."""
+    measured = [(row, found) for row in order if (found := _layer_kind(runs, row))]
+    if not measured:
+        return [], None
+    head = ["row", "measure", "layer", f"share 1-{EARLY}", f"share {LATE}+", f"fade (1-{EARLY} vs {LATE}+)"]
+    body = []
+    for row, (kind, layers) in measured:
+        done = _finished(runs, row)
+        for layer in layers:
+            name = f"{kind}_L{layer}"
+            pos = positions(runs, name)
+            early = [f"metrics.src_{name}_p{p}" for p in pos if p <= EARLY]
+            late = [f"metrics.src_{name}_p{p}" for p in pos if p >= LATE]
+            share = (lambda cols: _cell(done[cols].mean(axis=1).dropna()) if cols else "–")
+            body.append([f"**{row}**" if layer == layers[0] else "", "mass" if kind == "mass" else "contribution",
+                         str(layer), share(early), share(late), _fade(done, name, pos)])
+    lines = ["**By layer** (layer 1 reads the embeddings; the decoder-only rows' attention mass on the source, the "
+             "encoder-decoder's source share of its decoder layers' attention contribution), in %, means over seeds "
+             "with their 95 % t-intervals:", ""] + md_table(head, body) + [""]
+    fig = Figure(figsize=(3.4 * len(measured), 3.4), layout="constrained")
+    for i, (row, (kind, layers)) in enumerate(measured):
+        ax = fig.add_subplot(1, len(measured), i + 1)
+        done = _finished(runs, row)
+        for layer in layers:
+            cols = [f"metrics.src_{kind}_L{layer}_p{p}" for p in positions(runs, f"{kind}_L{layer}")]
+            cols = [c for c in cols if c in done and done[c].notna().any()]
+            ax.plot([int(c.rsplit("_p", 1)[1]) for c in cols], [100 * done[c].mean() for c in cols], marker="o",
+                    ms=2, label=f"layer {layer}")
+        ax.set(xlabel="target position", ylabel="%" if i == 0 else None, ylim=(0, 100),
+               title=f"{row}: {'mass' if kind == 'mass' else 'contribution'}")
+        ax.legend(fontsize=6)
+    plot = save_png(fig, path)
+    return lines + [f"![{plot.stem}]({plot.name})", ""], plot
 
 
 def plot_source_attention(runs: pd.DataFrame, order: list[str], kinds: list[str], path: Path) -> Path:

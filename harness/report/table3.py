@@ -226,12 +226,11 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
     # Rows that measured how much each target position reads the source (studies/decoder_only.yaml) get that
     # section before the claims.
-    extra, extra_plot = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
+    extra, extra_plots = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
                                                                [*architecture_section(runs, table["row"].tolist()),
-                                                                *extra, *([f"![{extra_plot.stem}]({extra_plot.name})", ""]
-                                                                          if extra_plot else []),
+                                                                *extra,
                                                                 *claims_section(study, runs, uri, results["parent"])],
                                                                row_diagnostics(runs, uri)))
-    return [md, csv, *plots, *([extra_plot] if extra_plot else [])]
+    return [md, csv, *plots, *extra_plots]
