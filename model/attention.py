@@ -17,7 +17,7 @@ from torch import nn
 
 from .config import TransformerConfig
 from .kernels import Kernels, Packed, attend
-from .layers import Rotary
+from .layers import ALiBi, Rotary
 
 __all__ = ["reference_attention", "KVCache", "MultiHeadAttention", "Packed"]
 
@@ -103,8 +103,17 @@ class MultiHeadAttention(nn.Module):
         else:       # one fused projection: a single matmul for Q, K and V
             self.qkv_proj = nn.Linear(cfg.d_model, q_dim + k_dim + v_dim)
         self.out_proj = nn.Linear(cfg.n_heads * cfg.d_v, cfg.d_model)      # W^O
-        # RoPE rotates self-attention only: cross-attention compares positions of two different sequences.
+        # §3.2.1's alternatives to the scaled dot product (TransformerConfig.attention_score; the decoder-only
+        # family has only the paper's): unscaled dot products, or additive scores with a w_h per head.
+        score = getattr(cfg, "attention_score", "scaled")
+        self.scale = 1.0 if score == "unscaled" else None                 # None: 1/sqrt(d_k)
+        self.additive_w = nn.Parameter(torch.empty(cfg.n_heads, cfg.d_k)) if score == "additive" else None
+        if self.additive_w is not None:
+            nn.init.xavier_uniform_(self.additive_w)
+        # RoPE rotates self-attention only: cross-attention compares positions of two different sequences; so
+        # does ALiBi bias it.
         self.rotary = Rotary(cfg) if cfg.positional == "rope" and not cross else None
+        self.alibi = ALiBi(cfg) if cfg.positional == "alibi" and not cross else None
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 causal: bool = False, cache: KVCache | None = None, offset: int | torch.Tensor = 0,
@@ -123,9 +132,20 @@ class MultiHeadAttention(nn.Module):
             k, v, mask = cache.write(k, v, offset, mask)
             causal = causal and x.size(1) > 1                        # one query a step: no future key exists
         p_drop, gqa = self.p_attn_drop if self.training else 0.0, self.n_kv_heads != self.n_heads
-        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernels, gqa)  # head_1 .. head_h: (B, h, T, d_v)
+        bias = self._alibi(q, k, offset, positions) if self.alibi is not None else None
+        heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernels, gqa,   # head_1 .. head_h: (B, h, T, d_v)
+                       self.scale, self.additive_w, bias)
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_v))   # Concat(..) W^O
+
+    def _alibi(self, q: torch.Tensor, k: torch.Tensor, offset: int | torch.Tensor,
+               positions: torch.Tensor | None) -> torch.Tensor:
+        """ALiBi's (h, T, S) bias: the queries at positions offset .. offset + T - 1 (or `positions`, a captured
+        step's), the keys at 0 .. S - 1 (a self-attention cache's slots are its positions; without a cache the
+        keys are the queries, from 0)."""
+        T, S = q.size(-2), k.size(-2)
+        q_pos = positions if positions is not None else offset + torch.arange(T, device=q.device)
+        return self.alibi(q_pos.reshape(-1), torch.arange(S, device=q.device))
 
     def _project(self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

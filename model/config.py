@@ -13,10 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
-Positional = Literal["sinusoid", "learned", "rope"]
+Positional = Literal["sinusoid", "learned", "rope", "alibi"]
 NormPosition = Literal["post", "pre"]
 Norm = Literal["layer", "rms"]
 FFN = Literal["relu", "gelu", "swiglu"]
+AttentionScore = Literal["scaled", "unscaled", "additive"]
 Family = Literal["transformer"]
 
 
@@ -55,10 +56,16 @@ class TransformerConfig:
     # (`Transformer.mark_words`).
     word_positions: bool = False
     family: Family = "transformer"   # the model family this config builds (model/family.py)
+    # §3.2.1's alternatives to the paper's scaled dot product, for studies of that section's argument (default
+    # "scaled", the paper's): "unscaled" is dot-product (multiplicative) attention without the 1/sqrt(d_k), which
+    # the paper says pushes the softmax into regions of tiny gradients for large d_k; "additive" is Bahdanau et
+    # al.'s, score_ij = w_h . tanh(q_i + k_j) per head h over the projected queries and keys (a learned w_h of
+    # d_k weights per head), which "outperforms dot product attention without scaling for larger values of d_k".
+    attention_score: AttentionScore = "scaled"
 
     # Fields added after studies had run without them: a trial's config hash leaves each out while it holds its
     # default, so that those studies' trials keep their hashes (harness/trial.py, hashed_settings).
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family")
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family", "attention_score")
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
@@ -84,18 +91,19 @@ class TransformerConfig:
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
         for name, literal in (("positional", Positional), ("norm_position", NormPosition),
-                              ("norm", Norm), ("ffn", FFN), ("family", Family)):
+                              ("norm", Norm), ("ffn", FFN), ("family", Family),
+                              ("attention_score", AttentionScore)):
             check_choice(name, getattr(self, name), literal)
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
                               "(each key/value head serves a whole group of query heads).")
         if self.positional == "rope" and self.d_k % 2:
             raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
-        if self.positional != "rope" and self.d_model % 2:
+        if self.positional in ("sinusoid", "learned") and self.d_model % 2:
             raise ConfigError(f"sinusoid and learned positions need an even d_model, got {self.d_model}.")
-        if self.word_positions and self.positional == "rope":
+        if self.word_positions and self.positional in ("rope", "alibi"):
             raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
-                              "or learned, not rope.")
+                              f"or learned, not {self.positional}.")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
 

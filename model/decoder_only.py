@@ -96,6 +96,9 @@ class DecoderOnlyConfig:
             check_choice(name, getattr(self, name), literal)
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}.")
+        if self.positional == "alibi":
+            raise ConfigError("positional=alibi is built for the encoder-decoder only; the decoder_only family takes "
+                              "sinusoid, learned or rope.")
         if self.positional == "rope" and self.d_k % 2:
             raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
         if self.positional != "rope" and self.d_model % 2:

@@ -6,6 +6,7 @@ on some device (tests hold every one to the reference):
 - `sdpa`: torch's fused scaled_dot_product_attention, which builds no (T x S) score tensor;
 - `explicit`: two matmuls and a written-out softmax, faster on a CPU for short key rows;
 - `short_rows`: on a CPU, `explicit` up to CPU_EXPLICIT_MAX_KEYS keys (more than one query), `sdpa` beyond;
+- `additive_attention`: §3.2.1's additive (Bahdanau) score in place of the dot product, written out;
 - a packed batch (sentences end to end, no padding): the variable-length flash kernel where it runs (CUDA,
   half precision, no attention dropout), else the same sentences put back into a padded layout.
 
@@ -91,33 +92,55 @@ class Packed:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
            causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
-           kernel: "Kernels | str" = "sdpa", gqa: bool | None = None) -> torch.Tensor:
+           kernel: "Kernels | str" = "sdpa", gqa: bool | None = None, scale: float | None = None,
+           additive: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V for q (B, h, T, d_k), k (B, h_kv, S, d_k), v (B, h_kv, S, d_v) -> (B, h, T, d_v).
 
     mask: boolean, broadcast to (B, h, T, S), True where a key may be attended, or None. causal: query i sees
     keys up to i. h_kv < h is grouped-query attention: each key/value head serves h / h_kv query heads (gqa:
     whether h_kv < h, None to read it from the shapes, which a traced graph cannot branch on).
     packed: the (queries, keys) layouts of a packed batch (B = 1, sentences end to end); mask is then unused.
-    kernel: a model's `Kernels`, or the name of one dense kernel (DENSE)."""
+    kernel: a model's `Kernels`, or the name of one dense kernel (DENSE).
+    §3.2.1's other scores (`TransformerConfig.attention_score`): scale, the factor of Q K^T where it is not
+    1/sqrt(d_k) (1.0: unscaled dot products); additive, (h, d_k) weights w_h: Bahdanau's w_h . tanh(q_i + k_j),
+    always computed written out (`additive_attention`).
+    bias: a float bias added to every score, broadcast to (B, h, T, S) (ALiBi's, model/layers.py); the causal and
+    key masks are then folded into it as -inf, and the kernels take it as a float mask."""
     gqa = k.size(1) != q.size(1) if gqa is None else gqa
     if packed is not None:
-        return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel)
+        if bias is not None:
+            raise ValueError("a score bias (positional=alibi) needs padded batches; set train.pack false.")
+        return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel, scale, additive)
+    if bias is not None:
+        mask, causal = _as_bias(bias, mask, causal, q.size(-2), k.size(-2)), False
+    if additive is not None:
+        return additive_attention(q, k, v, additive, mask, causal, dropout_p, gqa)
     name = kernel.dense if isinstance(kernel, Kernels) else kernel
     if name not in DENSE:
         raise ValueError(f"attention kernel {name!r} is not one of {', '.join(DENSE)} (\"auto\" is chosen when "
                          "a model is built: Kernels.choose).")
-    return DENSE[name](q, k, v, mask, causal, dropout_p, gqa)
+    return DENSE[name](q, k, v, mask, causal, dropout_p, gqa, scale)
+
+
+def _as_bias(bias: torch.Tensor, mask: torch.Tensor | None, causal: bool, t: int, s: int) -> torch.Tensor:
+    """bias with the key mask (boolean, True where allowed) and the causal mask folded in as -inf."""
+    out = bias.expand(*bias.shape[:-2], t, s)
+    if causal:
+        out = out.masked_fill(torch.ones(t, s, dtype=torch.bool, device=bias.device).triu(1), float("-inf"))
+    if mask is not None:
+        out = out.masked_fill(~mask, float("-inf"))
+    return out
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-         dropout_p: float, gqa: bool) -> torch.Tensor:
+         dropout_p: float, gqa: bool, scale: float | None = None) -> torch.Tensor:
     """torch's SDPA, which picks a fused kernel for the device; `is_causal` for decoder self-attention."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal,
-                                          enable_gqa=gqa)
+                                          enable_gqa=gqa, scale=scale)
 
 
 def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-             dropout_p: float, gqa: bool) -> torch.Tensor:
+             dropout_p: float, gqa: bool, scale: float | None = None) -> torch.Tensor:
     """Eq. 1 as two matmuls and `ShortSoftmax`, scaling and masking in place.
 
     On a CPU with short key rows SDPA's flash kernel spends more on tiling than the arithmetic it saves;
@@ -125,17 +148,44 @@ def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     if gqa:                                      # grouped-query: each K/V head serves a group
         group = q.size(1) // k.size(1)
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)      # (B, h, T, S), scaled in place
+    scores = q @ k.transpose(-2, -1)                                  # (B, h, T, S)
+    if scale != 1.0:
+        scores.mul_(q.size(-1) ** -0.5 if scale is None else scale)  # scaled in place
+    return _softmax_values(scores, v, mask, causal, dropout_p)
+
+
+def _softmax_values(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                    dropout_p: float) -> torch.Tensor:
+    """softmax(scores) V with the causal and key masks, the explicit kernels' second half (scores in place). A
+    float mask is a bias, added as it is."""
     # Masks are added as -inf biases: on a CPU a broadcast add is faster than masked_fill_.
     if causal:
         t, s = scores.shape[-2:]
-        scores.add_(torch.full((t, s), float("-inf"), dtype=scores.dtype, device=q.device).triu(1))
-    if mask is not None:
-        scores.add_(torch.zeros(mask.shape, dtype=scores.dtype, device=q.device).masked_fill_(~mask, float("-inf")))
+        scores.add_(torch.full((t, s), float("-inf"), dtype=scores.dtype, device=scores.device).triu(1))
+    if mask is not None and mask.dtype != torch.bool:
+        scores = scores + mask.to(scores.dtype)                      # broadcast: a (h, T, S) bias grows to (B, ..)
+    elif mask is not None:
+        scores.add_(torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(~mask, float("-inf")))
     weights = ShortSoftmax.apply(scores)
     if dropout_p:
         weights = dropout(weights, dropout_p, training=True)
     return weights @ v
+
+
+def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Bahdanau et al.'s additive score per head: w_h . tanh(q_i + k_j), for q (B, h, T, d), k (B, h, S, d) and
+    w (h, d) -> (B, h, T, S). It builds a (B, h, T, S, d) tensor: memory T x S x d per head, where the dot
+    product needs none; this is why §3.2.1 calls dot-product attention "much faster and more space-efficient"."""
+    return torch.einsum("bhtsd,hd->bhts", torch.tanh(q.unsqueeze(3) + k.unsqueeze(2)), w)
+
+
+def additive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
+                       mask: torch.Tensor | None, causal: bool, dropout_p: float, gqa: bool) -> torch.Tensor:
+    """softmax(additive scores) V (`additive_scores`), masked as the other kernels do."""
+    if gqa:
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return _softmax_values(additive_scores(q, k, w), v, mask, causal, dropout_p)
 
 
 class ShortSoftmax(torch.autograd.Function):
@@ -161,12 +211,12 @@ class ShortSoftmax(torch.autograd.Function):
 
 
 def short_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-               dropout_p: float, gqa: bool) -> torch.Tensor:
+               dropout_p: float, gqa: bool, scale: float | None = None) -> torch.Tensor:
     """A CPU's choice by shape: `explicit` for up to CPU_EXPLICIT_MAX_KEYS keys, `sdpa` for longer rows and for
     one query (a decoding step, where SDPA's single call costs least)."""
     if q.size(-2) > 1 and k.size(-2) <= CPU_EXPLICIT_MAX_KEYS:
-        return explicit(q, k, v, mask, causal, dropout_p, gqa)
-    return sdpa(q, k, v, mask, causal, dropout_p, gqa)
+        return explicit(q, k, v, mask, causal, dropout_p, gqa, scale)
+    return sdpa(q, k, v, mask, causal, dropout_p, gqa, scale)
 
 
 DENSE = {"sdpa": sdpa, "explicit": explicit, "short_rows": short_rows}
@@ -197,16 +247,19 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: P
 
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
-                  dropout_p: float, gqa: bool, kernel: "Kernels | str" = "sdpa") -> torch.Tensor:
+                  dropout_p: float, gqa: bool, kernel: "Kernels | str" = "sdpa", scale: float | None = None,
+                  additive: torch.Tensor | None = None) -> torch.Tensor:
     """Attention within each sentence of a packed batch: q (1, h, Nq, d_k), k and v (1, h_kv, Nk, d),
     query sentence i attending to key sentence i only (causally for decoder self-attention).
 
     With a model's Kernels that chose `varlen` (CUDA), bf16/fp16 inputs and no attention dropout: the
     variable-length flash kernel, which does the arithmetic of each sentence and nothing more. Elsewhere the
     same result the long way: each sentence put back into a padded (sentences x longest) layout, attended with
-    the dense kernel, and gathered out. kernel: a model's `Kernels`, or a dense kernel's name (no varlen)."""
+    the dense kernel, and gathered out. kernel: a model's `Kernels`, or a dense kernel's name (no varlen).
+    scale, additive: §3.2.1's other scores, as `attend` takes them (always through the padded layout)."""
     kernels = kernel if isinstance(kernel, Kernels) else Kernels(requested="sdpa", dense=kernel)
-    if kernels.varlen and dropout_p == 0 and q.dtype in (torch.bfloat16, torch.float16):
+    if (kernels.varlen and dropout_p == 0 and q.dtype in (torch.bfloat16, torch.float16) and scale is None
+            and additive is None):
         try:
             out = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq, pk, causal, gqa)
             return out.transpose(0, 1)[None]                               # (Nq, h, d_v) -> (1, h, Nq, d_v)
@@ -221,5 +274,6 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
         return out
     # Causal self-attention needs no key mask (right padding lies in every real query's future).
     mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
-    out = DENSE[kernels.dense](padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, gqa)
+    out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernels.dense,
+                 gqa=gqa, scale=scale, additive=additive)
     return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)

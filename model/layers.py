@@ -69,7 +69,8 @@ def sinusoid_table(n_positions: int, d_model: int) -> torch.Tensor:
 class PositionalEncoding(nn.Module):
     """Adds absolute positions to the scaled embeddings (sinusoid, §3.5, or learned, Table 3 row E).
 
-    With positional=rope this adds nothing: RoPE rotates queries and keys inside attention instead."""
+    With positional=rope or alibi this adds nothing: RoPE rotates queries and keys inside attention instead, and
+    ALiBi biases the attention scores (`ALiBi`)."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -84,7 +85,7 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x holds positions offset .. offset + T - 1, or `positions` (each token's, broadcast to x's
         leading dimensions: a packed row's, word positions, a captured step's device-side position)."""
-        if self.kind == "rope":
+        if self.kind in ("rope", "alibi"):
             return x
         if positions is not None:
             return x + self.table[positions].to(x.dtype)
@@ -135,3 +136,34 @@ def init_transformer_weights(module: nn.Module, tables: list[nn.Embedding], d_mo
         nn.init.normal_(emb.weight, std=d_model ** -0.5)
         with torch.no_grad():
             emb.weight[pad_id].zero_()
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Press et al. (2022)'s head slopes: for h a power of two the geometric sequence 2^(-8/h), 2^(-16/h), ..,
+    2^(-8); otherwise those of the largest power of two p < h, then every other slope of 2p's sequence for the
+    rest (their reference code's rule)."""
+    def powers(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+    if n_heads & (n_heads - 1) == 0:
+        return powers(n_heads)
+    p = 2 ** math.floor(math.log2(n_heads))
+    return powers(p) + powers(2 * p)[0::2][:n_heads - p]
+
+
+class ALiBi(nn.Module):
+    """ALiBi (Press et al. 2022): no position is added to the embeddings; each self-attention head h adds
+    -m_h |i - j| to the score of query position i against key position j (m_h: `alibi_slopes`). Causal decoder
+    self-attention sees only j <= i, where this is their -m_h (i - j); the encoder's bidirectional
+    self-attention takes the symmetric form (as bidirectional uses of ALiBi do, e.g. MosaicBERT; Press et al.
+    define it for causal language models). Cross-attention gets no bias: source and target positions are not
+    on one axis."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(cfg.n_heads)), persistent=False)
+
+    def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The (h, T, S) bias for queries at positions q_pos (T,) and keys at k_pos (S,)."""
+        distance = (q_pos[:, None] - k_pos[None, :]).abs().to(self.slopes.dtype)
+        return -self.slopes[:, None, None] * distance

@@ -7,7 +7,7 @@ from model import Transformer, beam_search, greedy
 from small_models import VARIANTS, small
 
 
-@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms"])
+@pytest.mark.parametrize("name", ["paper", "rope", "alibi", "learned", "gqa", "pre_rms", "additive"])
 def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
     """StepGraph runs decode_step with the position as a device tensor, writing the cache there and attending
     to the whole buffer: what a captured graph replays. Eager here on a CPU: equal logits to the ordinary

@@ -121,7 +121,7 @@ def test_each_variant_trains_a_step_and_decodes_cached_equal_to_uncached(name):
 def test_variant_fields_change_the_model():
     src = torch.randint(4, 40, (2, 6))
     outputs = {}
-    for name in ("paper", "learned", "rope", "pre_rms", "swiglu", "gqa"):
+    for name in ("paper", "learned", "rope", "alibi", "pre_rms", "swiglu", "gqa", "unscaled", "additive"):
         torch.manual_seed(0)
         outputs[name] = Transformer(small(**VARIANTS[name])).eval()(src, src)
     names = list(outputs)

@@ -26,27 +26,45 @@ from __future__ import annotations
 import torch
 
 from model.attention import MultiHeadAttention
+from model.kernels import additive_scores
 
 FAMILIES = ("transformer", "decoder_only")
+
+
+def attention_logits(attn: MultiHeadAttention, x: torch.Tensor, memory: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, causal: bool = False, offset: int = 0,
+                     positions: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits (B, h, T, S), -inf where a key is not allowed; the raw dot products q . k (B, h, T, S); which keys
+    are allowed (B or 1, 1, T, S); values (B, h, S, d_v)) of one attention layer for its input x, as its forward
+    computes them (Eq. 1 with the layer's score: scaled, unscaled or additive; GQA's key/value heads repeated
+    for their query heads)."""
+    q, k, v = attn._project(x, memory, None)
+    if attn.rotary is not None:
+        q, k = attn.rotary(q, offset, positions), attn.rotary(k, offset, positions)
+    group = attn.n_heads // attn.n_kv_heads
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    dots = q @ k.transpose(-2, -1)
+    if attn.additive_w is not None:
+        logits = additive_scores(q, k, attn.additive_w)
+    else:
+        logits = dots * (attn.d_k ** -0.5 if attn.scale is None else attn.scale)
+    t, s = logits.shape[-2:]
+    allowed = torch.ones(1, 1, t, s, dtype=torch.bool, device=x.device)
+    if causal:
+        allowed = allowed & torch.ones(t, s, dtype=torch.bool, device=x.device).tril()
+    if mask is not None:
+        allowed = allowed & mask
+    return logits.masked_fill(~allowed, float("-inf")), dots, allowed, v
 
 
 def attention_probabilities(attn: MultiHeadAttention, x: torch.Tensor, memory: torch.Tensor | None = None,
                             mask: torch.Tensor | None = None, causal: bool = False, offset: int = 0,
                             positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(probabilities (B, h, T, S), values (B, h, S, d_v)) of one attention layer for its input x, as its
-    forward computes them (Eq. 1; GQA's key/value heads repeated for their query heads)."""
-    q, k, v = attn._project(x, memory, None)
-    if attn.rotary is not None:
-        q, k = attn.rotary(q, offset, positions), attn.rotary(k, offset, positions)
-    group = attn.n_heads // attn.n_kv_heads
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = q @ k.transpose(-2, -1) / attn.d_k ** 0.5
-    if causal:
-        t, s = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(-1), v
+    forward computes them (`attention_logits`, then the softmax)."""
+    logits, _, _, v = attention_logits(attn, x, memory, mask, causal, offset, positions)
+    return logits.softmax(-1), v
 
 
 def _output(attn: MultiHeadAttention, probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -52,7 +52,9 @@ def manifest(settings: dict) -> dict:
             else "encoder-decoder",
             "layers": f"{cfg.n_layers}" if decoder_only else f"{cfg.n_enc_layers} + {cfg.n_dec_layers}",
             "d_model": cfg.d_model,
-            "attention": _attention_kind(cfg.n_heads, cfg.n_kv_heads),
+            "attention": _attention_kind(cfg.n_heads, cfg.n_kv_heads) + (
+                f" ({settings['attention_score']} scores)" if settings.get("attention_score", "scaled") != "scaled"
+                else ""),
             "query_heads": cfg.n_heads,
             "kv_heads": cfg.n_kv_heads,
             "head_dim": cfg.d_k if cfg.d_k == cfg.d_v else f"{cfg.d_k} (keys), {cfg.d_v} (values)",

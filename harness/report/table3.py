@@ -15,6 +15,7 @@ from harness.io import atomic_write
 from harness.report import claims
 from harness.paper import columns, load_tables
 from harness.report.common import (architecture_section, column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
+from harness.report.attention_stats import attention_stats_section
 from harness.report.source_attention import source_attention_section
 
 
@@ -227,6 +228,9 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     # Rows that measured how much each target position reads the source (studies/decoder_only.yaml) get that
     # section before the claims.
     extra, extra_plots = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
+    # Rows that measured their attention's softmax and gradients (studies/scaling_dk.yaml, §3.2.1) get that section.
+    stats, stats_plots = attention_stats_section(runs, table["row"].tolist(), uri, out_dir / f"{study}_attention_stats.png")
+    extra, extra_plots = [*stats, *extra], [*stats_plots, *extra_plots]
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
                                                                [*architecture_section(runs, table["row"].tolist()),

@@ -72,20 +72,26 @@ class TrainConfig:
     # this many dev sentences (harness/eval/source_attention.py: Fu et al. 2023's attention degeneration),
     # logged as src_contrib_pT and, for the decoder-only family, src_mass_pT (0: not measured).
     source_attention_sentences: int = 0
+    # §3.2.1's softmax saturation: before the first update, at every evaluation and on the final weights, the
+    # attention logits' variance, the largest attention probability, the entropy and the gradient norm of W^Q
+    # and W^K over the first this many dev sentences as one batch (harness/eval/attention_stats.py), logged as
+    # attn_* metrics (0: not measured; an encoder-decoder only).
+    attention_stats_sentences: int = 0
 
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
                                               "decay_times", "decay_factor", "clip_norm",
                                               "agreement_sentences", "curve_bleu_sentences",
-                                              "source_attention_sentences")
+                                              "source_attention_sentences", "attention_stats_sentences")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
         for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
-                     "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences"):
+                     "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences",
+                     "attention_stats_sentences"):
             if getattr(self, name) < 0:
                 raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.data.corpus import DataConfig
 from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
+from harness.eval.attention_stats import dev_attention_statistics
 from harness.eval.source_attention import source_attention_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
@@ -49,6 +50,9 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     if cfg.source_attention_sentences:
         metrics.update(source_attention_metrics(model, data.dev.data, cfg.source_attention_sentences, device,
                                                 cfg.max_tokens))
+    if cfg.attention_stats_sentences:
+        metrics.update(dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences, device,
+                                                cfg.label_smoothing))
     metrics.update(last_metrics)
     metrics["averaged_checkpoints"] = averaged
     return metrics, hyps

@@ -22,6 +22,7 @@ from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
 from harness.data.batching import ParallelData
 from harness.eval.bleu import tokenized_bleu
+from harness.eval.attention_stats import dev_attention_statistics
 from harness.eval.evaluate import perplexity, translate
 from harness.io import atomic_write, check_writable
 from harness.eval.agreement import check_agreement_data
@@ -99,6 +100,9 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     if word_positions and cfg.pack:          # refused before anything is read or written
         raise UserError("word_positions needs padded batches (each sentence's words counted in its own row); "
                         "set train.pack false.")
+    if getattr(model_cfg, "positional", None) == "alibi" and cfg.pack:
+        raise UserError("positional=alibi needs padded batches (its bias counts each sentence's positions from 0 in "
+                        "its own row); set train.pack false.")
     if cfg.agreement_sentences:              # the agreement probe needs the made-up corpus: refused before training
         check_agreement_data(data_cfg)
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
@@ -139,6 +143,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                      max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
+    attn_stats = lambda: dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences,  # noqa: E731
+                                                  device, cfg.label_smoothing)
+    if cfg.attention_stats_sentences and ranks.is_main and step == 0:     # the initialisation's (§3.2.1)
+        log.record(0, attn_stats())
     model.train()
     with stream:
         while step < cfg.steps and not out_of_time():
@@ -158,7 +166,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             clock["tokens_seen"] += n_tokens
             log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
             if log.should_eval(step) and ranks.is_main:
-                log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)})
+                log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast),
+                                  **(attn_stats() if cfg.attention_stats_sentences else {})})
                 model.train()
             if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),

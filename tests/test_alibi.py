@@ -1,0 +1,77 @@
+"""ALiBi (Press et al. 2022) as a `positional` value: its slopes, its bias, and a model that uses it decoding as
+it trains."""
+
+import pytest
+import torch
+from small_models import small
+
+from model import ConfigError, Transformer
+from model.layers import ALiBi, alibi_slopes
+
+
+def test_the_slopes_are_the_papers():
+    # Press et al., §3: "For a model with 8 heads, our slopes are the geometric sequence 1/2^1, 1/2^2, ..., 1/2^8";
+    # for 16 heads, 1/2^0.5, 1/2^1, ..., 1/2^8.
+    assert alibi_slopes(8) == [2.0 ** -i for i in range(1, 9)]
+    assert alibi_slopes(16) == pytest.approx([2.0 ** (-i / 2) for i in range(1, 17)])
+    # Not a power of two: the 4-head slopes, then every other one of the 8-head sequence (their code's rule).
+    assert alibi_slopes(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+
+
+def test_the_bias_is_minus_slope_times_distance():
+    alibi = ALiBi(small(n_heads=4, positional="alibi"))
+    bias = alibi(torch.arange(3), torch.arange(5))
+    assert bias.shape == (4, 3, 5)
+    for h, m in enumerate(alibi_slopes(4)):
+        for i in range(3):
+            for j in range(5):
+                assert bias[h, i, j].item() == pytest.approx(-m * abs(i - j))
+
+
+def test_positions_reach_the_model_only_through_the_bias():
+    """With ALiBi the embeddings carry no position: a model whose slopes are zeroed no longer tells a source from
+    its permutation (encoder self-attention is then permutation-equivariant), and with them it does."""
+    torch.manual_seed(0)
+    model = Transformer(small(positional="alibi", p_drop=0.0)).eval()
+    src = torch.randint(4, 40, (1, 6))
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    tgt = torch.randint(4, 40, (1, 4))
+    with torch.no_grad():
+        assert not torch.allclose(model(src, tgt), model(src[:, perm], tgt), atol=1e-4)
+        for module in model.modules():
+            if isinstance(module, ALiBi):
+                module.slopes.zero_()
+        assert torch.allclose(model(src, tgt), model(src[:, perm], tgt), atol=1e-5)
+
+
+def test_a_sentence_decodes_as_it_would_alone_whatever_the_padding():
+    from model import greedy
+    torch.manual_seed(0)
+    model = Transformer(small(positional="alibi", p_drop=0.0)).eval()
+    src = torch.randint(4, 40, (3, 8))
+    src[1, 4:] = 0
+    tgt = torch.randint(4, 40, (3, 5))
+    assert torch.allclose(model.hidden(src, tgt)[1], model.hidden(src[1:2, :4], tgt[1:2])[0], atol=1e-5)
+    assert greedy(model, src, 2, 3, max_extra=6)[1] == greedy(model, src[1:2, :4], 2, 3, max_extra=6)[0]
+
+
+def test_settings_alibi_cannot_take_are_refused():
+    with pytest.raises(ConfigError, match="word_positions .* not alibi"):
+        small(positional="alibi", word_positions=True)
+    from model.decoder_only import DecoderOnlyConfig
+    with pytest.raises(ConfigError, match="encoder-decoder only"):
+        DecoderOnlyConfig(positional="alibi")
+    model = Transformer(small(positional="alibi"))
+    from model.attention import Packed
+    p = Packed.of(torch.tensor([3, 2]))
+    with pytest.raises(ValueError, match="needs padded batches"):
+        model.hidden(torch.randint(4, 40, (1, 5)), torch.randint(4, 40, (1, 5)), (p, p))
+
+
+def test_training_packed_batches_with_alibi_is_one_sentence(tmp_path, capsys):
+    from harness.cli import main
+    code = main(["train", "--set", "positional=alibi", "--set", "pack=true", "--set", "steps=1",
+                 "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "alibi needs padded batches" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()                             # refused before anything is written
