@@ -75,3 +75,64 @@ def test_training_packed_batches_with_alibi_is_one_sentence(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "alibi needs padded batches" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()                             # refused before anything is written
+
+
+@pytest.mark.slow
+def test_a_run_is_scored_on_length_buckets_past_its_training_lengths(capsys, tmp_path):
+    from small_models import train_small
+
+    from harness.cli import main
+    metrics, resolved = train_small(main, capsys, tmp_path, "transformer", "d_model=32", "d_ff=64", "n_heads=4",
+                                    "n_layers=2", "positional=alibi", "length_sentences=6", steps=30)
+    # data.max_words 12: the training lengths, then steps of 6 words up to 36.
+    assert [(metrics[f"len_b{i}_lo"], metrics[f"len_b{i}_hi"]) for i in range(5)] == \
+        [(1, 12), (13, 18), (19, 24), (25, 30), (31, 36)]
+    for i in range(5):
+        assert metrics[f"len_b{i}_n"] == 6 and metrics[f"len_b{i}_ppl"] > 1 and 0 <= metrics[f"len_b{i}_bleu"] <= 100
+        assert 0 <= metrics[f"len_b{i}_agree"] <= 100
+
+
+def test_length_buckets_draw_each_range_from_the_corpus_grammar():
+    from harness.data.corpus import DataConfig
+    from harness.data.synth import length_buckets, synth_config
+    from harness.eval.extrapolation import bucket_bounds
+    cfg = DataConfig(name="synth", lexicon_scale=0.05, max_depth=2, max_words=12)
+    assert bucket_bounds(12) == [(1, 12), (13, 18), (19, 24), (25, 30), (31, 36)]
+    buckets = length_buckets(20, 0, synth_config(cfg), bucket_bounds(12))
+    for b in buckets:
+        assert len(b.src) == len(b.tgt) == 20 and all(b.lo <= len(s.split()) <= b.hi for s in b.src)
+        assert b.contrasts and all(c.src in b.src for c in b.contrasts)
+    again = length_buckets(20, 0, synth_config(cfg), bucket_bounds(12))
+    assert [b.src for b in again] == [b.src for b in buckets]                   # a function of the seed
+
+
+def test_length_extrapolation_is_refused_off_the_made_up_corpus(tmp_path, capsys):
+    from harness.cli import main
+    code = main(["train", "--data", str(tmp_path / "wmt"), "--set", "length_sentences=5", "--set", "steps=1",
+                 "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs the made-up corpus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_report_tables_each_bucket_and_marks_the_trained_lengths(tmp_path):
+    import pandas as pd
+
+    from harness.report.extrapolation import length_section
+    runs = []
+    for row, drop in (("base", 2.0), ("alibi", 0.5)):
+        for seed in range(2):
+            rec = {"tags.row": row, "status": "FINISHED"}
+            for i, (lo, hi) in enumerate([(1, 12), (13, 18), (19, 24), (25, 30), (31, 36)]):
+                rec.update({f"metrics.len_b{i}_lo": lo, f"metrics.len_b{i}_hi": hi, f"metrics.len_b{i}_n": 200,
+                            f"metrics.len_b{i}_ppl": 1.2 + drop * i + 0.1 * seed,
+                            f"metrics.len_b{i}_bleu": 80 - 10 * drop * i, f"metrics.len_b{i}_agree": 95.0})
+            runs.append(rec)
+    lines, plots = length_section(pd.DataFrame(runs), ["base", "alibi"], tmp_path / "len.png")
+    text = "\n".join(lines)
+    assert [p.name for p in plots] == ["len.png"] and plots[0].exists()
+    assert "| row | seeds | 1-12 words (trained) | 13-18 words | 19-24 words | 25-30 words | 31-36 words |" in text
+    # base's perplexity in the longest bucket: 9.2 and 9.3 over the seeds (half-interval 12.71 x 0.05 = 0.64)
+    assert "| **base** | 2 | 1.25 ± 0.64 | 3.25 ± 0.64 | 5.25 ± 0.64 | 7.25 ± 0.64 | 9.25 ± 0.64 |" in text
+    assert "| **alibi** | 2 | 80.0 ± 0.0 | 75.0 ± 0.0 | 70.0 ± 0.0 | 65.0 ± 0.0 | 60.0 ± 0.0 |" in text
+    assert length_section(pd.DataFrame([{"tags.row": "base", "status": "FINISHED"}]), ["base"], tmp_path / "x.png") \
+        == ([], [])

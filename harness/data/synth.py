@@ -23,6 +23,8 @@ independently. No hash() of strings and no global random state, so output is byt
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import random
 from bisect import bisect_right
@@ -867,14 +869,62 @@ def agreement_pairs(n_sentences: int, seed: int, cfg: SynthConfig = SynthConfig(
     _check_cfg(cfg)
     out = []
     for src, _, tgt in _sentences(n_sentences, seed, stream, cfg, annotate=True):
-        at = {id(t): k for k, t in enumerate(tgt) if isinstance(t, Marked)}
-        src_text, ref = " ".join(src), " ".join(tgt)
-        for k, word in enumerate(tgt):
-            if isinstance(word, Marked) and word.alternatives and id(word.controller) in at:
-                for feature, form in word.alternatives:
-                    alt = " ".join(tgt[:k] + [form] + tgt[k + 1:])
-                    out.append(Contrast(src_text, ref, alt, k - at[id(word.controller)], feature))
+        out += _contrasts(src, tgt)
     return out
+
+
+def _contrasts(src: list, tgt: list) -> list[Contrast]:
+    """The contrastive pairs of one annotated sentence (`agreement_pairs`)."""
+    at = {id(t): k for k, t in enumerate(tgt) if isinstance(t, Marked)}
+    src_text, ref = " ".join(src), " ".join(tgt)
+    out = []
+    for k, word in enumerate(tgt):
+        if isinstance(word, Marked) and word.alternatives and id(word.controller) in at:
+            for feature, form in word.alternatives:
+                alt = " ".join(tgt[:k] + [form] + tgt[k + 1:])
+                out.append(Contrast(src_text, ref, alt, k - at[id(word.controller)], feature))
+    return out
+
+
+# ------------------------------------------------------------------------------- sentences by length
+LENGTH_STREAM = 4   # the random stream of the length buckets (§3.5): none of train, dev, test and the contrasts
+MAX_LENGTH_DRAWS = 1_000_000
+
+
+class LengthBucket(NamedTuple):
+    """Sentences of one source length range (words, the final "." included) and their agreement contrasts."""
+    lo: int
+    hi: int
+    src: list[str]
+    tgt: list[str]
+    contrasts: list[Contrast]
+
+
+def length_buckets(per_bucket: int, seed: int, cfg: SynthConfig, bounds: list[tuple[int, int]],
+                   stream: int = LENGTH_STREAM) -> list[LengthBucket]:
+    """per_bucket sentences of each (lo, hi) word range of `bounds`, from the corpus's own grammar and lexicon
+    drawn up to the longest bound (cfg.max_len is replaced by hi + 1), in the order of a stream none of the
+    splits uses: a sentence goes to the first range it falls in that is not yet full. Ranges the grammar cannot
+    fill within MAX_LENGTH_DRAWS draws keep what they got."""
+    _check_int("sentences per bucket", per_bucket, 1, MAX_PAIRS)
+    _check_int("the seed", seed, 0)
+    top = max(hi for _, hi in bounds)
+    cfg = dataclasses.replace(cfg, max_len=top + 1)
+    _check_cfg(cfg)
+    buckets = [LengthBucket(lo, hi, [], [], []) for lo, hi in bounds]
+    open_ = len(buckets)
+    for src, _, tgt in _sentences(MAX_LENGTH_DRAWS, seed, stream, cfg, annotate=True):
+        bucket = next((b for b in buckets if b.lo <= len(src) <= b.hi and len(b.src) < per_bucket), None)
+        if bucket is None:
+            continue
+        bucket.src.append(" ".join(src))
+        bucket.tgt.append(" ".join(tgt))
+        bucket.contrasts.extend(_contrasts(src, tgt))
+        if len(bucket.src) == per_bucket:
+            open_ -= 1
+            if not open_:
+                break
+    return buckets
 
 
 def _request(n_train: int, n_dev: int, n_test: int, seed: int, cfg: SynthConfig) -> dict:

@@ -50,7 +50,10 @@ METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bl
            # studies/decoder_only.yaml: how far the source's share of what the attention sub-layers add falls from
            # the first target positions to the later ones, per run (harness/report/shares.py's fade,
            # from the src_contrib_pT metrics; > 0: the source fades).
-           "src_contrib_fade": ("contrib", "fade")}
+           "src_contrib_fade": ("contrib", "fade"),
+           # studies/extrapolation.yaml (§3.5): ln PPL and tokenized BLEU on the longest source-length bucket
+           # (2.5 to 3 times the training lengths; harness/eval/extrapolation.py).
+           "long_nll": ("len_b4_ppl", "log"), "long_bleu": ("len_b4_bleu", None)}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)

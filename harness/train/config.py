@@ -77,13 +77,18 @@ class TrainConfig:
     # and W^K over the first this many dev sentences as one batch (harness/eval/attention_stats.py), logged as
     # attn_* metrics (0: not measured; an encoder-decoder only).
     attention_stats_sentences: int = 0
+    # The made-up corpus only: §3.5's length extrapolation, scoring this many sentences of each source-length
+    # bucket from 1 to 3 x data.max_words words (harness/eval/extrapolation.py) after training, logged as len_b*
+    # metrics (0: not measured).
+    length_sentences: int = 0
 
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
                                               "decay_times", "decay_factor", "clip_norm",
                                               "agreement_sentences", "curve_bleu_sentences",
-                                              "source_attention_sentences", "attention_stats_sentences")
+                                              "source_attention_sentences", "attention_stats_sentences",
+                                              "length_sentences")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -91,7 +96,7 @@ class TrainConfig:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
         for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
                      "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences",
-                     "attention_stats_sentences"):
+                     "attention_stats_sentences", "length_sentences"):
             if getattr(self, name) < 0:
                 raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
         if not 0.0 <= self.label_smoothing < 1.0:

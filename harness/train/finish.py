@@ -11,6 +11,7 @@ from harness.data.corpus import DataConfig
 from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
 from harness.eval.attention_stats import dev_attention_statistics
+from harness.eval.extrapolation import length_metrics
 from harness.eval.source_attention import source_attention_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
@@ -50,6 +51,11 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     if cfg.source_attention_sentences:
         metrics.update(source_attention_metrics(model, data.dev.data, cfg.source_attention_sentences, device,
                                                 cfg.max_tokens))
+    if cfg.length_sentences and data_cfg is not None:
+        metrics.update(length_metrics(model, data.tokenizer, data_cfg, cfg.length_sentences, device,
+                                      beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
+                                      max_tokens=cfg.max_tokens, autocast=autocast, lang=data.tgt_lang,
+                                      moses=str(cfg.bleu_moses)))
     if cfg.attention_stats_sentences:
         metrics.update(dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences, device,
                                                 cfg.label_smoothing))

@@ -26,6 +26,7 @@ from harness.eval.attention_stats import dev_attention_statistics
 from harness.eval.evaluate import perplexity, translate
 from harness.io import atomic_write, check_writable
 from harness.eval.agreement import check_agreement_data
+from harness.eval.extrapolation import check_length_data
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
@@ -105,6 +106,8 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
                         "its own row); set train.pack false.")
     if cfg.agreement_sentences:              # the agreement probe needs the made-up corpus: refused before training
         check_agreement_data(data_cfg)
+    if cfg.length_sentences:                 # so do §3.5's length buckets
+        check_length_data(data_cfg)
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again

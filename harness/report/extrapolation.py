@@ -1,0 +1,85 @@
+"""§3.5's length extrapolation in a study's report (harness/eval/extrapolation.py's len_b* metrics): each row's
+perplexity, BLEU and agreement accuracy by source-length bucket, the first bucket the training lengths, with a
+plot. Plain pandas and matplotlib: reads MLflow's runs only."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.report.claims import interval
+from harness.report.common import md_table, save_png
+
+SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"), ("agree", "agreement accuracy (%)", "{:.1f}"))
+
+
+def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
+    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
+
+
+def _buckets(runs: pd.DataFrame) -> list[tuple[int, str]]:
+    """(bucket index, its label "lo-hi words") for every bucket some run logged."""
+    found = sorted({int(m[1]) for c in runs.columns if (m := re.match(r"^metrics\.len_b(\d+)_ppl$", c))})
+    out = []
+    for i in found:
+        lo, hi = runs[f"metrics.len_b{i}_lo"].dropna(), runs[f"metrics.len_b{i}_hi"].dropna()
+        out.append((i, f"{int(lo.iloc[0])}-{int(hi.iloc[0])}" if len(lo) and len(hi) else f"bucket {i}"))
+    return out
+
+
+def _cell(values, fmt: str) -> str:
+    mean, low, high, n = interval(values)
+    if not n:
+        return "–"
+    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
+
+
+def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], list[Path]]:
+    """The section's lines (its plot's image link among them) and its plot, or ([], []) where no run measured it."""
+    buckets = _buckets(runs)
+    if not buckets:
+        return [], []
+    rows = [r for r in order if len(_finished(runs, r)) and _finished(runs, r)["metrics.len_b0_ppl"].notna().any()]
+    if not rows:
+        return [], []
+    n = runs[[f"metrics.len_b{i}_n" for i, _ in buckets if f"metrics.len_b{i}_n" in runs]].max().dropna()
+    lines = ["## Length extrapolation (§3.5)", "",
+             "Each trial trained on sentences of at most the first bucket's length and was then scored on sentences "
+             "of the same grammar and lexicon in buckets of source length in words (`train.length_sentences` "
+             f"sentences each, up to {int(n.max()) if len(n) else '–'}; harness/eval/extrapolation.py), from a random "
+             "stream none of train, dev and test use: the references' perplexity, the beam search's tokenized BLEU, "
+             "and the accuracy on the bucket's subject-verb agreement contrasts. Means over seeds ± half their "
+             "95 % t-intervals. Learned positions past the training lengths are their table's untrained rows.", ""]
+    for key, name, fmt in SHOWN:
+        head = ["row", "seeds", *(f"{label} words" + (" (trained)" if i == 0 else "") for i, label in buckets)]
+        body = []
+        for row in rows:
+            done = _finished(runs, row)
+            body.append([f"**{row}**", str(len(done)),
+                         *(_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt) if f"metrics.len_b{i}_{key}" in done
+                           else "–" for i, _ in buckets)])
+        lines += [f"**{name}**, by source length:", ""] + md_table(head, body) + [""]
+    plot = _plot(runs, rows, buckets, path)
+    return lines + [f"![{plot.stem}]({plot.name})", ""], [plot]
+
+
+def _plot(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[int, str]], path: Path) -> Path:
+    fig = Figure(figsize=(13, 4), layout="constrained")
+    axes = fig.subplots(1, len(SHOWN))
+    xs = list(range(len(buckets)))
+    for ax, (key, name, _) in zip(axes, SHOWN):
+        for j, row in enumerate(rows):
+            done = _finished(runs, row)
+            cols = [f"metrics.len_b{i}_{key}" for i, _ in buckets]
+            means = [done[c].mean() if c in done else float("nan") for c in cols]
+            ax.plot(xs, means, marker="o", ms=4, color=f"C{j % 10}", label=row)
+        ax.axvspan(-0.4, 0.4, color="0.9", zorder=0)                 # the training lengths
+        ax.set_xticks(xs, [label for _, label in buckets], fontsize=8)
+        ax.set(xlabel="source length (words); shaded: trained", title=name)
+        if key == "ppl":
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    return save_png(fig, path)
