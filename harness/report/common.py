@@ -238,7 +238,7 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
 def _claim_value(metric: str, x: float) -> str:
     if pd.isna(x):
         return "–"
-    if metric in ("nll", "test_nll"):
+    if metric.endswith("nll"):                                     # nll, test_nll, long_nll: ln PPL
         return f"PPL {math.exp(x):.2f}"
     if metric.endswith("_fade"):                                   # a share's fall, in percentage points
         return f"fade {100 * x:+.1f} points"
