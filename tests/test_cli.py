@@ -25,7 +25,7 @@ def one_sentence_error(err: str) -> str:
     (["train", "--set", "n_head=4", "--out", "{tmp}/r"], "did you mean n_heads"),
     (["train", "--set", "d_model=wide", "--out", "{tmp}/r"], "d_model must be an integer"),
     (["train", "--set", "d_model=100", "--set", "n_heads=3", "--out", "{tmp}/r"], "not divisible"),
-    (["train", "--set", "positional=alibi", "--out", "{tmp}/r"], "positional must be one of"),
+    (["train", "--set", "positional=absolute", "--out", "{tmp}/r"], "positional must be one of"),
     (["train", "--set", "steps", "--out", "{tmp}/r"], "key=value"),
     (["train", "--set", "seed=3", "--out", "{tmp}/r"], "qualify it"),
     (["train", "--set", "train.label_smoothing=1.5", "--out", "{tmp}/r"], "label_smoothing"),
