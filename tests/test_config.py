@@ -52,7 +52,7 @@ def test_every_way_of_deriving_a_config_gives_the_same_config():
 @pytest.mark.parametrize("bad, message", [
     (dict(d_model=500, n_heads=8), "not divisible"),
     (dict(n_kv_heads=3), "must divide"),
-    (dict(positional="alibi"), "positional must be one of"),
+    (dict(positional="absolute"), "positional must be one of"),
     (dict(p_drop=1.5), "p_drop"),
     (dict(d_ff=0), "d_ff"),
     (dict(positional="rope", d_k=7, d_v=7), "even"),
