@@ -12,9 +12,20 @@ def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
     """StepGraph runs decode_step with the position as a device tensor, writing the cache there and attending
     to the whole buffer: what a captured graph replays. Eager here on a CPU: equal logits to the ordinary
     cached step at every position, also after a beam-style reorder of the caches between steps."""
-    from model.cuda_graph import StepGraph
     torch.manual_seed(0)
     model = Transformer(small(**VARIANTS[name])).eval()
+
+    def reorder_cross(caches, order):              # the Transformer's cross-attention caches follow their rows
+        for _, cross in caches:
+            cross.reorder(order)
+    _check_static_steps(model, reorder_cross)
+
+
+def _check_static_steps(model, reorder_more) -> None:
+    """The static step (StepGraph, eager here) against the ordinary cached step at every position of a padded
+    batch, also after rows 0 and 2 swap places and row 0 is copied over row 2 at step 4 (model.reorder_cache,
+    then reorder_more(caches, order) for what else of a family's cache follows its rows)."""
+    from model.cuda_graph import StepGraph
     src = torch.randint(4, 40, (3, 7))
     src[1, 5:] = 0
     prefix = torch.randint(4, 40, (3, 9))
@@ -25,17 +36,13 @@ def test_the_static_step_of_cuda_graphs_gives_the_cached_steps_logits(name):
         for t in range(9):
             want = model.decode_step(prefix[:, t], memory, mask, cache, t)
             assert torch.allclose(static(prefix[:, t], t), want, atol=1e-5), t
-            if t == 4:                             # beams 0 and 2 swap places, beam 1 is copied over beam 2
+            if t == 4:
                 order = torch.tensor([2, 0, 0])
                 for caches in (cache, static.cache):
-                    for self_cache, _ in caches:
-                        self_cache.reorder(order)
-                prefix = prefix[order]
-                memory, mask = memory[order], mask[order]
+                    model.reorder_cache(caches, order)
+                    reorder_more(caches, order)
+                prefix, memory, mask = prefix[order], memory[order], mask[order]
                 static.memory, static.mask = memory, mask
-                for (_, cross), (_, static_cross) in zip(cache, static.cache):
-                    cross.reorder(order)
-                    static_cross.reorder(order)
 
 
 DECODER_ONLY = {"prefix": {}, "causal": dict(lm="causal"),
@@ -48,29 +55,18 @@ def test_the_decoder_only_static_step_gives_the_cached_steps_logits(name):
     the target from slot S on, the source's padding masked over the whole buffer. Eager here: equal logits to
     the ordinary cached step at every position, also after a reorder that moves rows between sentences of
     different source lengths; and greedy and beam search equal with and without the static step."""
-    from model.cuda_graph import StepGraph
     from model.decoder_only import DecoderOnly, DecoderOnlyConfig
     torch.manual_seed(0)
     model = DecoderOnly(DecoderOnlyConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=64,
                                           p_drop=0.0, **DECODER_ONLY[name])).eval()
     assert model.capturable
+
+    def reorder_lengths(caches, order):            # each row's source length moves with it
+        caches.lengths = caches.lengths[order]
+    _check_static_steps(model, reorder_lengths)
     src = torch.randint(4, 40, (3, 7))
     src[1, 5:] = 0
-    prefix = torch.randint(4, 40, (3, 9))
     with torch.no_grad():
-        memory, mask = model.encode(src)
-        cache = model.new_cache(3, 9, memory)
-        static = StepGraph(model, memory, mask, model.new_cache(3, 9, memory))
-        for t in range(9):
-            want = model.decode_step(prefix[:, t], memory, mask, cache, t)
-            assert torch.allclose(static(prefix[:, t], t), want, atol=1e-5), t
-            if t == 4:                             # rows 0 and 2 swap places, row 0 is copied over row 2
-                order = torch.tensor([2, 0, 0])
-                for caches in (cache, static.cache):
-                    model.reorder_cache(caches, order)
-                    caches.lengths = caches.lengths[order]
-                prefix, memory, mask = prefix[order], memory[order], mask[order]
-                static.memory, static.mask = memory, mask
         for search in (greedy, beam_search):
             assert search(model, src, 2, 3, max_extra=8, graph=True) == search(model, src, 2, 3, max_extra=8,
                                                                                graph=False)
