@@ -236,6 +236,39 @@ def _cmd_probe_agreement(args) -> int:
     return 0
 
 
+def _cmd_probe_heads(args) -> int:
+    """The heads probe on a finished run: heads.json and the paper's Figures 3-5 as PNGs in --out, a summary."""
+    from harness.io import atomic_write, check_writable
+    from harness.report.heads import RELATION_NAMES, draw_figures
+    from harness.train.rescore import heads_of_run, run_config
+    if args.beam < 1 or args.agreement_sentences < 0:
+        raise UserError(f"--beam {args.beam} / --agreement-sentences {args.agreement_sentences}: the beam is at least "
+                        "1 and the agreement sentences at least 0 (0: no agreement contrasts).")
+    run_config(args.run_dir)                 # a run directory at all, before anything is made
+    out = args.out if args.out is not None else args.run_dir / "heads"
+    check_writable(out, "--out", "choose a writable directory", keep=False)
+    metrics, payload, averaged = heads_of_run(args.run_dir, args.sentences, args.device, args.agreement_sentences,
+                                              args.beam)
+    out.mkdir(parents=True, exist_ok=True)
+    files = [atomic_write(out / "heads.json", json.dumps(payload) + "\n"), *draw_figures(payload["figures"], out)]
+    if args.json:
+        print(json.dumps(metrics))
+        return 0
+    print(f"{args.run_dir}: {payload['sentences']} dev sentences probed ({averaged} checkpoint{'s' * (averaged > 1)} "
+          f"averaged), {payload['evaluations']} evaluations in {payload['seconds']:.0f} s")
+    print(f"{'relation':<40} {'n':>5} {'best head %':>12} {'offset %':>9} {'gain':>7}")
+    for name, label in RELATION_NAMES.items():
+        n = int(metrics[f"heads_{name}_n"])
+        print(f"{label:<40} {n:>5} {metrics[f'heads_{name}_best']:>12.1f} {metrics[f'heads_{name}_offset']:>9.1f} "
+              f"{metrics[f'heads_{name}_gain']:>+7.1f}")
+    print(f"encoder heads prunable within {payload['tolerance']:g} BLEU: {metrics['heads_prunable_enc']:.2f}; all heads: "
+          f"{metrics['heads_prunable_all']:.2f}")
+    print(f"Spearman rho, relation gain against the harm of masking: {metrics['heads_rho_zero']:+.2f} (uniform "
+          f"attention instead: {metrics['heads_rho_uniform']:+.2f})")
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
 def _cmd_probe_inference(args) -> int:
     """The inference study's rows measured here, one after another, printed (no MLflow)."""
     from harness.probes.inference import measure, print_results
@@ -338,7 +371,7 @@ def _add_report(sub) -> None:
 
 
 def _add_probes(sub) -> None:
-    """The `probe` commands: flops, scaling, cost, inference, evalb, agreement."""
+    """The `probe` commands: flops, scaling, cost, inference, evalb, agreement, heads."""
     probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
     probes = probe.add_subparsers(dest="probe_command", required=True)
     fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
@@ -379,6 +412,17 @@ def _add_probes(sub) -> None:
     ag.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ag.add_argument("--json", action="store_true")
     ag.set_defaults(func=_cmd_probe_agreement)
+
+    hd = probes.add_parser("heads", help="the paper's Figures 3-5 measured: head scores against the made-up corpus's "
+                           "gold relations, each head masked, pruning curves, attention against causality")
+    hd.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
+    hd.add_argument("--sentences", type=int, default=500, help="dev sentences to probe (half scored, half for the curves)")
+    hd.add_argument("--agreement-sentences", type=int, default=200, help="contrastive sentences for Δ agreement")
+    hd.add_argument("--beam", type=int, default=1, help="beam size of the ablations' decodes (1: greedy)")
+    hd.add_argument("--out", type=Path, default=None, help="where heads.json and the figures go (default RUN_DIR/heads)")
+    hd.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    hd.add_argument("--json", action="store_true")
+    hd.set_defaults(func=_cmd_probe_heads)
 
 
 def _add_evaluate(sub) -> None:

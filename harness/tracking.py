@@ -332,6 +332,17 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
 
 
+def artifact_json(uri: str, run_id: str, name: str) -> Any:
+    """A JSON artifact of a run (e.g. a trial's heads.json), read back; None where the run has none."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = MlflowClient(uri).download_artifacts(run_id, name, tmp)
+        except Exception:         # MLflow raises its own (and OSError) for an artifact that is not there
+            return None
+        return json.loads(Path(local).read_text(encoding="utf-8"))
+
+
 def require_store(uri: str) -> None:
     """For readers: a local sqlite store that does not exist is an error, not a new empty store."""
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():

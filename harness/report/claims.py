@@ -17,6 +17,10 @@ count of sequential operations, a path length) against the paper's formula, a fi
 own evaluation of the formula (`target_metric`), within a stated tolerance m: with one seed the value holds
 if it lies within m of the target and is contradicted otherwise (a measurement, not a sample of a noisy
 comparison); with several seeds their interval decides as for "equivalent".
+
+Threshold claims ("above", the heads probe's): one row's value per seed against a fixed `target` stated in
+claims.yaml before the runs: holds if the interval of value - target lies above 0, contradicted if below,
+inconclusive if it spans 0 (one seed: inconclusive, as for comparisons).
 """
 
 from __future__ import annotations
@@ -53,7 +57,13 @@ METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bl
            "src_contrib_fade": ("contrib", "fade"),
            # studies/extrapolation.yaml (§3.5): ln PPL and tokenized BLEU on the longest source-length bucket
            # (2.5 to 3 times the training lengths; harness/eval/extrapolation.py).
-           "long_nll": ("len_b4_ppl", "log"), "long_bleu": ("len_b4_bleu", None)}
+           "long_nll": ("len_b4_ppl", "log"), "long_bleu": ("len_b4_bleu", None),
+           # studies/heads.yaml (the paper's Figures 3-5; harness/eval/heads.py): the best encoder head's score on
+           # verb -> subject pairs at least 4 words apart minus the best fixed offset's (points); the share of the
+           # encoder's heads masked, least important first, before BLEU falls more than 1 below the unmasked
+           # model's; Spearman's rho between the encoder heads' relation gains and the harm of masking each.
+           "heads_long_gain": ("heads_subject_long_gain", None), "heads_prunable": ("heads_prunable_enc", None),
+           "heads_rho": ("heads_rho_zero", None)}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
@@ -122,8 +132,13 @@ def load_claims() -> tuple[Claim, ...]:
                 raise ValueError(f"{where}: a value claim's margin (its tolerance) must not be negative")
             out.append(claim)
             continue
+        if claim.expect == "above":
+            if not isinstance(claim.a, str) or claim.b is not None or claim.target is None:
+                raise ValueError(f"{where}: a threshold claim names one row as a, no b, and a target")
+            out.append(claim)
+            continue
         if claim.better not in ("lower", "higher") or claim.expect not in ("better", "equivalent"):
-            raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent|value")
+            raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent|value|above")
         if claim.expect == "equivalent" and not claim.margin > 0:
             raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
         if claim.also and (sorted(claim.also) != ["better", "metric"] or claim.also["metric"] not in METRICS
@@ -248,13 +263,30 @@ def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(target_of(s) for s in seeds)[0]}
 
 
+def above_verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
+    """A threshold claim checked: the row's value - target per seed, its interval, and the verdict."""
+    a = claim.a if claim.a in values else None
+    out = {"id": claim.id, "a": claim.a, "b": f"target {claim.target:g}", "a_row": a, "b_row": None,
+           "metric": claim.metric, "expect": claim.expect, "margin": 0.0}
+    seeds = sorted(values.get(a, {})) if a else []
+    if not seeds:
+        return {**out, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+                "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
+    mean, low, high, n = interval(values[a][s] - claim.target for s in seeds)
+    result = "inconclusive" if n < 2 else "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
+            "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": float(claim.target)}
+
+
 def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
     """Every claim of `study` checked against its runs, in claims.yaml's order."""
     out = []
     cache: dict[str, dict] = {}
     for claim in claims_for(study):
         values = cache.setdefault(claim.metric, per_seed(runs, claim.metric))
-        if claim.expect == "value":
+        if claim.expect == "above":
+            out.append({**above_verdict(claim, values), "claim": claim})
+        elif claim.expect == "value":
             targets = cache.setdefault(claim.target_metric, per_seed(runs, claim.target_metric)) \
                 if claim.target_metric else None
             out.append({**value_verdict(claim, values, targets), "claim": claim})

@@ -303,6 +303,12 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     under which its rows stand to each other otherwise than in the paper (`deps`, from row_departures)."""
     if c["verdict"] == "not run":
         return "its rows were not run in this invocation"
+    if c["expect"] == "above":
+        if c["n"] < 2:
+            return f"{c['n']} seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)"
+        side = {"holds": "lies above 0", "contradicted": "lies below 0", "inconclusive": "spans 0"}[c["verdict"]]
+        return (f"{c['a_row']} measured {c['a_mean']:.3g} against the target {c['b_mean']:g} fixed before the runs; "
+                f"the interval [{c['low']:+.3g}, {c['high']:+.3g}] of value − target {side}")
     if c["expect"] == "value":
         off = f"{c['a_row']} measured {c['a_mean']:.2f}, {abs(c['diff']):.2f} from {c['b_mean']:g}"
         if c["verdict"] == "holds":
@@ -368,6 +374,10 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
              "about 1.05.", "",
              "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs |",
              "|---|---|---|---|---|---|---|"]
+    if any(c["expect"] == "above" for c in checked):
+        lines[2] += (" A threshold claim compares one row's measured value with a target fixed in claims.yaml before "
+                     "the runs: Δ is value - target, and it holds if Δ's interval over seeds lies above 0, is "
+                     "contradicted if it lies below 0, inconclusive otherwise.")
     if any(c["expect"] == "value" for c in checked):
         lines[2] += (" A measurement claim (Table 1's columns) compares one row's measured value with the paper's "
                      "formula instead: Δ is measured - formula, and it holds if Δ lies within the stated tolerance "
@@ -379,6 +389,9 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
         if claim.expect == "value":      # one row's measurement against the formula
             paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
+        elif claim.expect == "above":    # one row's measurement against a threshold
+            paper_cell = paper.get("finding", "–")
+            ours = f"{c['a']}: {c['a_mean']:.3g} against {c['b_mean']:g}"
         else:
             paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
             ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
@@ -394,6 +407,8 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
             diff += f", margin ±{claim.margin:g}"
         elif claim.expect == "value":
             diff += f", tolerance ±{claim.margin:g}"
+        elif claim.expect == "above":
+            diff += f", above {claim.target:g}"
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
                  _claim_why(c, diag, deps, with_base)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

@@ -17,6 +17,7 @@ from harness.paper import columns, load_tables
 from harness.report.common import (architecture_section, column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
 from harness.report.attention_stats import attention_stats_section
 from harness.report.extrapolation import length_section
+from harness.report.heads import heads_section
 from harness.report.source_attention import source_attention_section
 
 
@@ -233,7 +234,9 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     stats, stats_plots = attention_stats_section(runs, table["row"].tolist(), uri, out_dir / f"{study}_attention_stats.png")
     # Rows scored past their training lengths (studies/extrapolation.yaml, §3.5) get that section.
     lengths, length_plots = length_section(runs, table["row"].tolist(), out_dir / f"{study}_length.png")
-    extra, extra_plots = [*lengths, *stats, *extra], [*length_plots, *stats_plots, *extra_plots]
+    # Rows that probed their heads (studies/heads.yaml, the paper's Figures 3-5) get that section.
+    heads, heads_plots = heads_section(runs, uri, out_dir, study)
+    extra, extra_plots = [*heads, *lengths, *stats, *extra], [*heads_plots, *length_plots, *stats_plots, *extra_plots]
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
                                                                [*architecture_section(runs, table["row"].tolist()),

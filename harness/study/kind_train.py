@@ -218,7 +218,8 @@ def run(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE
     curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")
     run.log_artifacts([out_dir / "config.json", out_dir / "architecture.json", out_dir / "dev_translations.txt",
                        out_dir / "metrics.jsonl",
-                       *([curve] if curve else [])])
+                       *([curve] if curve else []),
+                       *([out_dir / "heads.json"] if (out_dir / "heads.json").is_file() else [])])
     if "dev_f1" in metrics:
         summary = f"dev PPL {metrics['dev_ppl']:.2f}, F1 {metrics['dev_f1']:.2f}"
     else:

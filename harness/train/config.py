@@ -81,6 +81,10 @@ class TrainConfig:
     # bucket from 1 to 3 x data.max_words words (harness/eval/extrapolation.py) after training, logged as len_b*
     # metrics (0: not measured).
     length_sentences: int = 0
+    # The made-up corpus's encoder-decoder only: after training, the heads probe (harness/eval/heads.py, the
+    # paper's Figures 3-5 measured) over the first this many dev sentences with their gold trees: head scores,
+    # each head masked, pruning curves, logged as heads_* metrics and the artifact heads.json (0: not run).
+    heads_sentences: int = 0
 
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
@@ -88,7 +92,7 @@ class TrainConfig:
                                               "decay_times", "decay_factor", "clip_norm",
                                               "agreement_sentences", "curve_bleu_sentences",
                                               "source_attention_sentences", "attention_stats_sentences",
-                                              "length_sentences")
+                                              "length_sentences", "heads_sentences")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -96,7 +100,7 @@ class TrainConfig:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
         for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
                      "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences",
-                     "attention_stats_sentences", "length_sentences"):
+                     "attention_stats_sentences", "length_sentences", "heads_sentences"):
             if getattr(self, name) < 0:
                 raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
         if not 0.0 <= self.label_smoothing < 1.0:

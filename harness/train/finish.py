@@ -12,6 +12,7 @@ from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
 from harness.eval.attention_stats import dev_attention_statistics
 from harness.eval.extrapolation import length_metrics
+from harness.eval.heads import dev_trees, heads_probe
 from harness.eval.source_attention import source_attention_metrics
 from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
@@ -70,6 +71,14 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     The main rank writes metrics.json and the first 50 dev translations."""
     t_eval = time.perf_counter()
     metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg)
+    if cfg.heads_sentences and data_cfg is not None and is_main:
+        # The heads probe on the final weights (harness/eval/heads.py): its figures as metrics, the rest (per-head
+        # scores and ablations, the curves, the figures' attention) in heads.json beside the weights.
+        scored, payload = heads_probe(model, data.tokenizer, data.dev, dev_trees(data_cfg), data_cfg, device,
+                                      sentences=cfg.heads_sentences, max_extra=cfg.max_extra,
+                                      max_tokens=cfg.max_tokens, lang=data.tgt_lang, moses=str(cfg.bleu_moses))
+        metrics.update(scored)
+        atomic_write(out / "heads.json", json.dumps(payload) + "\n")
     train_data = data.train.data
     averaged = metrics.pop("averaged_checkpoints")
     run = dict(run)

@@ -27,6 +27,7 @@ from harness.eval.evaluate import perplexity, translate
 from harness.io import atomic_write, check_writable
 from harness.eval.agreement import check_agreement_data
 from harness.eval.extrapolation import check_length_data
+from harness.eval.heads import check_heads_data
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
@@ -108,6 +109,11 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
         check_agreement_data(data_cfg)
     if cfg.length_sentences:                 # so do §3.5's length buckets
         check_length_data(data_cfg)
+    if cfg.heads_sentences:                  # and the heads probe, an encoder-decoder's on the gold trees
+        check_heads_data(data_cfg)
+        if getattr(model_cfg, "family", "transformer") != "transformer":
+            raise UserError(f"train.heads_sentences probes the Transformer's heads; this row's model is the "
+                            f"{model_cfg.family} family (set train.heads_sentences 0 for it).")
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again

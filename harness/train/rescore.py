@@ -153,3 +153,19 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     if checkpoint is not None:
         metrics[f"{split}_checkpoint_step"] = checkpoint
     return metrics
+
+
+def heads_of_run(run_dir: str | Path, sentences: int, device: str = "auto", agreement_sentences: int = 200,
+                 beam: int = 1) -> tuple[dict, dict, int]:
+    """The heads probe (harness/eval/heads.py) on a finished run's final weights and its own dev sentences:
+    (metrics, payload, checkpoints averaged)."""
+    from harness.eval.heads import check_heads_data, dev_trees, heads_probe
+    if sentences < 4:
+        raise UserError(f"--sentences {sentences}: give a whole number of dev sentences, at least 4.")
+    run = load_run(Path(run_dir), device, check_data=check_heads_data)
+    split, lang = read_split(corpus_dir(run.data), "dev", "translate", run.tokenizer, run.model.cfg.max_len)
+    metrics, payload = heads_probe(run.model, run.tokenizer, split, dev_trees(run.data), run.data, run.device,
+                                   sentences=sentences, agreement_sentences=agreement_sentences, beam=beam,
+                                   max_extra=run.train.max_extra, max_tokens=run.train.max_tokens, lang=lang,
+                                   moses=str(run.train.bleu_moses))
+    return metrics, payload, len(run.checkpoints)
