@@ -80,7 +80,9 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
     if panels:
         fig = Figure(figsize=(3.4 * len(panels), 3.6), layout="constrained")
         for ax, (title, words, m) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
-            ax.imshow(m, cmap="Blues", vmin=0, vmax=1)
+            top = max(max(row) for row in m)          # each panel to its own largest probability (its colour bar)
+            image = ax.imshow(m, cmap="Blues", vmin=0, vmax=top)
+            fig.colorbar(image, ax=ax, shrink=0.7)
             ax.set_xticks(range(len(words)), words, rotation=90, fontsize=6)
             ax.set_yticks(range(len(words)), words, fontsize=6)
             ax.set_title(title, fontsize=8)
@@ -192,8 +194,8 @@ def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str) -> tup
     if not payloads:
         return [], []
     first_seed, first = payloads[0]
-    figures = draw_figures(first["figures"], out_dir, f"{stem}_heads")
-    plot = _plot(payloads, out_dir / f"{stem}_heads_ablation.png")
+    figures = draw_figures(first["figures"], out_dir, stem)
+    plot = _plot(payloads, out_dir / f"{stem}_ablation.png")
     n, rank = first["sentences"], first["rank_sentences"]
     lines = ["## Attention heads (the paper's Figures 3-5, measured)", "",
              f"After training, each trial probed its heads on the first {n} dev sentences and their gold trees "
@@ -206,7 +208,8 @@ def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str) -> tup
              "head of the layer holding the best head on that relation, from the verb only; Figure 4, the longest "
              "with a relative pronoun (the paper's anaphora: here the pronoun's antecedent), the layer's two best "
              "antecedent heads; Figure 5, the two best heads on word → syntactic head. Lines as opaque as the "
-             "attention; the heatmaps show the same heads (rows: from, columns: to).", ""]
+             "attention; the heatmaps show the same heads (rows: from, columns: to), each scaled to its largest "
+             "probability (its colour bar).", ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures] + [""]
     lines += ["### Head scores against gold relations (Clark et al. 2019)", "",
               "A head's score on a relation: the share of the relation's dependents whose most-attended other word "
