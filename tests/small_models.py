@@ -44,6 +44,22 @@ def train_small(main, capsys, tmp_path, family: str, *sets: str, steps: int = 12
     return metrics, json.loads((out / "config.json").read_text())["model"]
 
 
+def real_text_run(tmp_path):
+    """A run directory whose config.json names real text (Multi30K) as its data and nothing else: what a probe
+    of the made-up corpus must refuse before it reads any weights."""
+    import dataclasses
+    import json
+    from harness.data.corpus import DataConfig
+    from harness.train.config import TrainConfig
+    from model import TransformerConfig
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": dataclasses.asdict(TransformerConfig()),
+                                                 "train": dataclasses.asdict(TrainConfig()),
+                                                 "data": dataclasses.asdict(DataConfig(name="data/multi30k-en-de"))}))
+    return run
+
+
 def rival_batch():
     """A padded (3, 7) source batch (two rows padded) and a (3, 6) target prefix over a 50-token vocabulary."""
     import torch

@@ -147,14 +147,8 @@ def test_summary_buckets_and_interval():
 
 
 def test_probe_refuses_a_run_on_real_text_in_one_sentence(tmp_path, capsys):
-    run = tmp_path / "run"
-    run.mkdir()
-    from harness.train.config import TrainConfig
-    from model import TransformerConfig
-    import dataclasses
-    (run / "config.json").write_text(json.dumps({"model": dataclasses.asdict(TransformerConfig()),
-                                                 "train": dataclasses.asdict(TrainConfig()),
-                                                 "data": dataclasses.asdict(DataConfig(name="data/multi30k-en-de"))}))
+    from tests.small_models import real_text_run
+    run = real_text_run(tmp_path)
     assert main(["probe", "agreement", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "made-up corpus" in err

@@ -185,15 +185,8 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
 
 
 def test_the_probe_refuses_real_text_and_other_families_in_one_sentence(tmp_path, capsys):
-    import dataclasses
-    from harness.data.corpus import DataConfig
-    from harness.train.config import TrainConfig
-    from model import TransformerConfig
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.json").write_text(json.dumps({"model": dataclasses.asdict(TransformerConfig()),
-                                                 "train": dataclasses.asdict(TrainConfig()),
-                                                 "data": dataclasses.asdict(DataConfig(name="data/multi30k-en-de"))}))
+    from tests.small_models import real_text_run
+    run = real_text_run(tmp_path)
     assert main(["probe", "heads", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gold trees" in err and not (run / "heads").exists()
