@@ -665,3 +665,23 @@ def test_decoder_only_rows_match_the_encoder_decoders_parameters_within_5_percen
         assert t.model.d_model == base.model.d_model, row
         assert abs(parameter_count(t) / parameter_count(base) - 1) <= 0.05, row
     assert (trials["causal"].model.lm, trials["causal_srcloss"].model.source_loss) == ("causal", True)
+
+
+def test_a_measured_dry_run_prints_each_rows_rate_and_share_of_peak(capsys, monkeypatch):
+    """`run --dry-run --measure`: each trial's measured target tokens a second and share of the matmul peak, and a
+    wall time for as many trials at once as the CPU's cores fit at the profile's cpu a trial (4 cores, 1 each)."""
+    import torch
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)        # a CPU machine, wherever this runs
+    assert main(["run", str(ROOT / "studies" / "table3.yaml"), "--profile", "tiny", "--rows", "base,C6",
+                 "--dry-run", "--measure"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.startswith("trial"))
+    assert head.split()[-3:] == ["tok/s", "%", "peak"]
+    rows = [line.split() for line in out if line.startswith(("base-s0", "C6-s0"))]
+    assert len(rows) == 2
+    for row in rows:
+        tokens_s, share = float(row[-2].replace(",", "")), float(row[-1].rstrip("%"))
+        assert 100 < tokens_s < 1e7 and 0 < share < 100
+    wall = next(line for line in out if line.startswith("estimated time"))
+    assert "on 4 CPU cores, 1 a trial (4 at a time, longest first)" in wall and "% peak:" in wall

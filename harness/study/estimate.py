@@ -43,10 +43,9 @@ class Timing:
         return bool(self.tflops) or self.measure
 
 
-def trial_seconds(trial: Trial, flops: float, timing: Timing, workers: int, cache: dict) -> float:
-    """A trial's estimated training time (evaluation left out), its workers scaling it ideally."""
-    if timing.tflops:
-        return flops / (timing.tflops * 1e12) / workers
+def update_seconds(trial: Trial, cache: dict) -> float:
+    """One update of the trial's model at its batch, measured on this machine's device (once per distinct model
+    and batch: `cache`)."""
     from harness.probes.cost import measured_update_seconds
     from harness.train.config import make_optimizer
     from harness.train.device import resolve_device
@@ -55,7 +54,38 @@ def trial_seconds(trial: Trial, flops: float, timing: Timing, workers: int, cach
     if key not in cache:
         cache[key] = measured_update_seconds(model_cfg, train_cfg, resolve_device(train_cfg.device),
                                              ASSUMED_SENTENCE_LEN, make_optimizer=make_optimizer)
-    return cache[key] * train_cfg.steps / workers
+    return cache[key]
+
+
+def trial_seconds(trial: Trial, flops: float, timing: Timing, workers: int, cache: dict) -> float:
+    """A trial's estimated training time (evaluation left out), its workers scaling it ideally."""
+    if timing.tflops:
+        return flops / (timing.tflops * 1e12) / workers
+    return update_seconds(trial, cache) * trial.train.steps / workers
+
+
+def measured_rate(trial: Trial, flops: float, cache: dict) -> tuple[float, float]:
+    """(target tokens a second, the share of this machine's matmul peak the counted FLOPs reach) of the trial's
+    measured update, with the threads the caller set: the figures `run --dry-run --measure` prints per trial."""
+    import torch
+    from harness.probes.peak import matmul_peak
+    from harness.train.device import resolve_device
+    seconds = update_seconds(trial, cache)
+    device = resolve_device(trial.train.device)
+    dtype = torch.bfloat16 if device.type == "cuda" and trial.train.amp else torch.float32
+    peak = matmul_peak(device, dtype)
+    return trial.train.batch_tokens / seconds, (flops / trial.train.steps / seconds / (peak * 1e12)) if peak else 0.0
+
+
+def measured_slots(cpu_per_trial: float, workers: int, devices: int) -> int:
+    """How many trials run at once where `run --dry-run --measure` timed them: on a CPU the runner fits
+    (cores // the profile's cpu a trial) of them, as Ray's placement does on one machine; on GPUs, the devices
+    asked for over the workers a trial takes."""
+    import os
+    import torch
+    if torch.cuda.is_available():
+        return max(1, devices // workers)
+    return max(1, (os.cpu_count() or 1) // max(1, round(cpu_per_trial * workers)))
 
 
 def packed_wall(seconds: list[float], slots: int) -> float:
