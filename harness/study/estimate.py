@@ -42,6 +42,11 @@ class Timing:
     def wanted(self) -> bool:
         return bool(self.tflops) or self.measure
 
+    @property
+    def measured(self) -> bool:
+        """Times come from updates timed here (--measure; a rate given with --tflops takes precedence)."""
+        return self.measure and not self.tflops
+
 
 def update_seconds(trial: Trial, cache: dict) -> float:
     """One update of the trial's model at its batch, measured on this machine's device (once per distinct model
@@ -77,15 +82,16 @@ def measured_rate(trial: Trial, flops: float, cache: dict) -> tuple[float, float
     return trial.train.batch_tokens / seconds, (flops / trial.train.steps / seconds / (peak * 1e12)) if peak else 0.0
 
 
-def measured_slots(cpu_per_trial: float, workers: int, devices: int) -> int:
-    """How many trials run at once where `run --dry-run --measure` timed them: on a CPU the runner fits
-    (cores // the profile's cpu a trial) of them, as Ray's placement does on one machine; on GPUs, the devices
-    asked for over the workers a trial takes."""
+def wall_slots(timing: Timing, cpu_per_trial: float, workers: int) -> tuple[int, str]:
+    """How many trials run at once for the wall time, and on what: where updates were timed on a CPU, as many as
+    its cores fit at the profile's cpu a trial (Ray's placement on one machine); else the devices given over
+    the workers a trial takes."""
     import os
     import torch
-    if torch.cuda.is_available():
-        return max(1, devices // workers)
-    return max(1, (os.cpu_count() or 1) // max(1, round(cpu_per_trial * workers)))
+    if timing.measured and not torch.cuda.is_available():
+        cores = os.cpu_count() or 1
+        return max(1, cores // max(1, round(cpu_per_trial * workers))), f"on {cores} CPU cores, {cpu_per_trial:g} a trial"
+    return max(1, timing.devices // workers), f"on {timing.devices} device(s), {workers} a trial"
 
 
 def packed_wall(seconds: list[float], slots: int) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from harness.data.corpus import DataConfig, prepare_data
 from harness.errors import UserError
 from harness.io import atomic_write
 from harness.study.estimate import ASSUMED_SENTENCE_LEN, Timing, duration, estimated_flops, packed_wall, \
-    measured_rate, measured_slots, parameter_count, trial_seconds
+    measured_rate, parameter_count, trial_seconds, wall_slots
 from harness.study.spec import BASE_KEYS, PROFILE_KEYS, Checker, Selection, Study, StudyFile, checked_rows, \
     known_row, pick_profile, pick_rows, profile_overrides, profile_row_seeds, profile_rows, profile_seeds, \
     resources, scaled, section_overrides
@@ -138,8 +137,7 @@ def load(file: StudyFile, sel: Selection) -> Study:
 def print_trials(study: Study, timing: Timing = Timing()) -> None:
     head = f"{'trial':<20}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
            f"{'P_drop':>7}{'eps_ls':>7}{'steps':>8}{'params':>10}{'est. FLOPs':>12}"
-    print(head + (f"{'est. time':>11}" if timing.wanted else "") +
-          (f"{'tok/s':>9}{'% peak':>8}" if timing.measure and not timing.tflops else ""))
+    print(head + (f"{'est. time':>11}" if timing.wanted else "") + (f"{'tok/s':>9}{'% peak':>8}" if timing.measured else ""))
     total, times, cache = 0.0, [], {}
     workers = int(study.resources.get("workers", 1))
     if timing.measure:       # time updates with the threads a trial (or each of its workers) gets
@@ -155,25 +153,22 @@ def print_trials(study: Study, timing: Timing = Timing()) -> None:
         if timing.wanted:
             times.append(trial_seconds(t, flops, timing, workers, cache))
             line += f"{duration(times[-1]):>11}"
-            if timing.measure and not timing.tflops:      # the update's own rate, as the trial will train
+            if timing.measured:       # the update's own rate, as the trial will train
                 tokens_s, share = measured_rate(t, flops, cache)
                 line += f"{tokens_s:>9,.0f}{100 * share:>7.0f}%"
         print(line, flush=True)
     print(f"estimated training cost: {total:.2e} FLOPs (analytic count, sentences of {ASSUMED_SENTENCE_LEN} "
           f"tokens; data: {study.trials[0].data.name})")
     if timing.wanted:
-        slots = measured_slots(float(study.resources.get("cpu", 1)), workers, timing.devices) if timing.measure \
-            and not timing.tflops else max(1, timing.devices // workers)
+        slots, where = wall_slots(timing, float(study.resources.get("cpu", 1)), workers)
         rate = f"{timing.tflops:g} TFLOP/s per device (given)" if timing.tflops else \
             f"updates timed on this machine's {'GPU' if torch.cuda.is_available() else 'CPU'}"
-        where = f"on {timing.devices} device(s), {workers} a trial" if timing.tflops or torch.cuda.is_available() \
-            else f"on {os.cpu_count()} CPU cores, {study.resources.get('cpu', 1)} a trial"
         print(f"estimated time: {duration(sum(times))} of training in all; {where} ({slots} at a time, longest "
               f"first): {duration(packed_wall(times, slots))} wall. From {rate}; evaluation, data preparation and "
               "start-up not included." + (" tok/s: target tokens a second of the measured update (sentences of "
                                            f"{ASSUMED_SENTENCE_LEN} tokens); % peak: its counted FLOPs a second "
                                            "against this machine's matmul peak, same dtype and threads."
-                                           if timing.measure and not timing.tflops else ""))
+                                           if timing.measured else ""))
 
 
 def prepare(trials: list[Trial]) -> None:
