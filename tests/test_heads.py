@@ -176,7 +176,8 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     from harness.report import heads as report
     monkeypatch.setattr(report.tracking, "artifact_json", lambda uri, run_id, name: payload)
     runs = pd.DataFrame({"run_id": ["r0"], "status": ["FINISHED"], "tags.seed": ["0"], "tags.row": ["base"],
-                         "metrics.heads_sentences": [16.0]})
+                         "metrics.heads_sentences": [16.0], "metrics.heads_prunable_enc": [metrics["heads_prunable_enc"]],
+                         "metrics.heads_prunable_all": [metrics["heads_prunable_all"]]})
     (tmp_path / "report").mkdir()
     lines, plots = report.heads_section(runs, "sqlite:///unused", tmp_path / "report", "heads")
     assert lines[0].startswith("## Attention heads") and all(p.is_file() for p in plots)

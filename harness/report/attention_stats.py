@@ -10,8 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.claims import interval
-from harness.report.common import md_table, save_png
+from harness.report.common import interval_cell, md_table, save_png
 
 # (metric, its column head, format)
 SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob", "{:.3f}"),
@@ -20,13 +19,6 @@ SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob"
 
 def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
     return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
-
-
-def _cell(values, fmt: str) -> str:
-    mean, low, high, n = interval(values)
-    if not n:
-        return "–"
-    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
 
 
 def _histories(uri: str, done: pd.DataFrame, key: str) -> list[dict[int, float]]:
@@ -52,8 +44,8 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
         for key, _, fmt in SHOWN:
             hist = _histories(uri, done, key)
             curves[(row, key)] = hist
-            init.append(_cell([h[0] for h in hist if 0 in h], fmt))
-            end.append(_cell(done[f"metrics.{key}"].dropna(), fmt))
+            init.append(interval_cell([h[0] for h in hist if 0 in h], fmt))
+            end.append(interval_cell(done[f"metrics.{key}"].dropna(), fmt))
         body.append([f"**{row}**", score, str(first.get("params.model.d_k", "–")), *init, *end])
     lines = ["## Why the dot products are scaled (§3.2.1)", "",
              "Each trial measured its attention on the first dev sentences as one batch "

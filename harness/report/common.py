@@ -115,6 +115,15 @@ def num(x, fmt: str = "{:.2f}") -> str:
     return "–" if pd.isna(x) else fmt.format(x)
 
 
+def interval_cell(values, fmt: str = "{:.2f}") -> str:
+    """The mean of `values` over seeds ± the half-width of its 95 % t-interval, each in `fmt`; the mean alone
+    from one value, – from none."""
+    mean, low, high, n = claims.interval(values)
+    if not n:
+        return "–"
+    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
+
+
 def pm(mean, spread) -> str:
     """mean ± spread (a std or a 95 % half-width, as the table's caption says); the mean alone without one."""
     return num(mean) if pd.isna(spread) else f"{mean:.2f} ± {spread:.2f}"

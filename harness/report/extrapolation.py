@@ -10,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.claims import interval
-from harness.report.common import md_table, save_png
+from harness.report.common import interval_cell, md_table, save_png
 
 SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"), ("agree", "agreement accuracy (%)", "{:.1f}"))
 
@@ -28,13 +27,6 @@ def _buckets(runs: pd.DataFrame) -> list[tuple[int, str]]:
         lo, hi = runs[f"metrics.len_b{i}_lo"].dropna(), runs[f"metrics.len_b{i}_hi"].dropna()
         out.append((i, f"{int(lo.iloc[0])}-{int(hi.iloc[0])}" if len(lo) and len(hi) else f"bucket {i}"))
     return out
-
-
-def _cell(values, fmt: str) -> str:
-    mean, low, high, n = interval(values)
-    if not n:
-        return "–"
-    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
 
 
 def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], list[Path]]:
@@ -59,7 +51,7 @@ def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[li
         for row in rows:
             done = _finished(runs, row)
             body.append([f"**{row}**", str(len(done)),
-                         *(_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt) if f"metrics.len_b{i}_{key}" in done
+                         *(interval_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt) if f"metrics.len_b{i}_{key}" in done
                            else "–" for i, _ in buckets)])
         lines += [f"**{name}**, by source length:", ""] + md_table(head, body) + [""]
     plot = _plot(runs, rows, buckets, path)

@@ -12,8 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.claims import interval
-from harness.report.common import md_table, save_png
+from harness.report.common import interval_cell, md_table, save_png
 
 RELATION_NAMES = {"subject": "verb → its subject", "subject_long": "verb → its subject, ≥ 4 words apart",
                   "antecedent": "relative pronoun → its antecedent", "head": "word → its syntactic head"}
@@ -91,23 +90,23 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
 
 
 def _payloads(runs: pd.DataFrame, uri: str) -> list[tuple[int, dict]]:
-    """(seed, heads.json) of every finished trial that ran the probe, by seed."""
+    """(seed, heads.json) of every finished trial that ran the probe, by seed; each payload with the run's own
+    shares of heads prunable (`prunable`: enc, all; the heads_prunable_* metrics the probe computed)."""
     if "metrics.heads_sentences" not in runs:
         return []
     done = runs[(runs["status"] == "FINISHED") & runs["metrics.heads_sentences"].notna()]
     out = []
-    for run_id, seed in zip(done["run_id"], done["tags.seed"]):
-        payload = tracking.artifact_json(uri, run_id, "heads.json")
+    for _, run in done.iterrows():
+        payload = tracking.artifact_json(uri, run["run_id"], "heads.json")
         if payload is not None:
-            out.append((int(seed), payload))
+            payload["prunable"] = {name: float(run.get(f"metrics.heads_prunable_{name}", float("nan")))
+                                   for name in ("enc", "all")}
+            out.append((int(run["tags.seed"]), payload))
     return sorted(out, key=lambda t: t[0])
 
 
 def _cell(values, fmt: str = "{:.1f}") -> str:
-    mean, low, high, n = interval(values)
-    if not n:
-        return "–"
-    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
+    return interval_cell(values, fmt)
 
 
 def _scores_table(payloads: list[tuple[int, dict]]) -> list[str]:
@@ -234,9 +233,9 @@ def _pruning_and_correlation(payloads: list[tuple[int, dict]]) -> list[str]:
     body = []
     for seed, p in payloads:
         enc, every = p["curves"]["enc"], p["curves"]["all"]
-        share = lambda c: _share(c, tol)      # noqa: E731
-        body.append([str(seed), f"{enc[0]['bleu']:.2f}", f"{enc[-1]['bleu']:.2f}", f"{share(enc):.2f}",
-                     f"{every[-1]['bleu']:.2f}", f"{share(every):.2f}", f"{p['rho_zero']:+.2f}", f"{p['rho_uniform']:+.2f}"])
+        body.append([str(seed), f"{enc[0]['bleu']:.2f}", f"{enc[-1]['bleu']:.2f}", f"{p['prunable']['enc']:.2f}",
+                     f"{every[-1]['bleu']:.2f}", f"{p['prunable']['all']:.2f}", f"{p['rho_zero']:+.2f}",
+                     f"{p['rho_uniform']:+.2f}"])
     rho = [p["rho_zero"] for _, p in payloads]
     rho_u = [p["rho_uniform"] for _, p in payloads]
     return ["### Pruning (Voita et al. 2019) and attention against causality", "",
@@ -248,12 +247,3 @@ def _pruning_and_correlation(payloads: list[tuple[int, dict]]) -> list[str]:
         ["seed", "BLEU, all heads", "BLEU, no encoder head", "encoder heads prunable", "BLEU, no head at all",
          "all heads prunable", "ρ (masked)", "ρ (uniform)"], body) + [
         "", f"Over seeds: ρ (masked) {_cell(rho, '{:+.2f}')}, ρ (uniform) {_cell(rho_u, '{:+.2f}')}.", ""]
-
-
-def _share(curve: list[dict], tolerance: float) -> float:
-    base, last = curve[0]["bleu"], 0
-    for point in curve:
-        if point["bleu"] < base - tolerance:
-            break
-        last = point["masked"]
-    return last / curve[-1]["masked"]
