@@ -35,6 +35,7 @@ from model.attention import MultiHeadAttention
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import EOS, PAD, Tokenizer
+from harness.data.corpus import corpus_dir
 from harness.errors import UserError
 from harness.eval.agreement import LONG_FROM, contrastive_pairs, score_pairs
 from harness.eval.bleu import tokenized_bleu
@@ -397,9 +398,9 @@ def heads_probe(model, tokenizer: Tokenizer, split, trees: list[str], data_cfg, 
         if r.words != split.src_text[k].split():
             raise UserError(f"dev sentence {k + 1}'s gold tree does not hold its words; the heads probe reads the "
                             "made-up corpus's dev.src and dev.tree, written together.")
-    maps = encoder_word_attention(model, tokenizer, split.src_text[:n], device)
     rank = n // 2                                   # scores, figures and single-head ablations: the first half
-    scores = head_scores(maps[:rank], rels[:rank])
+    maps = encoder_word_attention(model, tokenizer, split.src_text[:rank], device)
+    scores = head_scores(maps, rels[:rank])
     enc = [a for kind, _, a in attention_layers(model) if kind == "enc"]
     L, H = len(enc), enc[0].n_heads
     pairs = contrastive_pairs(data_cfg, agreement_sentences) if agreement_sentences else []
@@ -424,7 +425,7 @@ def heads_probe(model, tokenizer: Tokenizer, split, trees: list[str], data_cfg, 
                "heads": [{"label": hd.label, **hd._asdict(), "zeroed": zeroed[hd]._asdict(),
                           "uniform": uniform[hd]._asdict() if hd in uniform else None} for hd in heads],
                "curves": curves, "rho_zero": rho_zero, "rho_uniform": rho_uniform,
-               "figures": figure_sentences(maps[:rank], rels[:rank], scores)}
+               "figures": figure_sentences(maps, rels[:rank], scores)}
     metrics = probe_metrics(payload)
     metrics["heads_seconds"] = payload["seconds"] = time.perf_counter() - t0
     payload["evaluations"] = scorer.calls
@@ -455,7 +456,6 @@ def check_heads_data(data_cfg) -> None:
 
 def dev_trees(data_cfg) -> list[str]:
     """The gold trees of the made-up corpus's dev sentences, one a line, in dev.src's order."""
-    from harness.data.corpus import corpus_dir
     check_heads_data(data_cfg)
     path = corpus_dir(data_cfg) / "dev.tree"
     if not path.is_file():
