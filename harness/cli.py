@@ -156,7 +156,7 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    if args.study or args.row:
+    if args.study or args.row or args.set:
         return _bench_study_row(args)
     from harness.bench.speed import run_bench
     return run_bench(args)
@@ -166,12 +166,15 @@ def _bench_study_row(args) -> int:
     """`bench --study S --row R`: the row's training step as its trial would run it (harness/bench/row.py)."""
     from harness.bench.row import bench_row, print_row
     from harness.study.kinds import load_study
+    if args.set and not args.study:
+        raise UserError("bench --set overrides a study row's settings; give --study and --row with it.")
     if not (args.study and args.row):
         raise UserError("--study and --row go together: the study file and the row whose training step to time "
                         "(e.g. --study studies/table3.yaml --row base).")
     if args.steps < 1 or args.threads < 0:
         raise UserError("--steps must be at least 1 and --threads at least 0 (0: the study's cpu per trial).")
-    study = load_study(args.study, args.profile, [args.row], [0])
+    from harness import overrides
+    study = load_study(args.study, args.profile, [args.row], [0], overrides.parse_sets(args.set))
     trial = study.trials[0]
     if trial.kind != "train":
         raise UserError(f"{args.study} is a {trial.kind} study; bench --study times a training row.")
@@ -467,6 +470,8 @@ def _add_bench(sub) -> None:
     be.add_argument("--steps", type=int, default=30, help="with --study: steps timed, after 10 of warm-up")
     be.add_argument("--no-compare", action="store_true",
                     help="with --study: skip the same-shape comparison with torch.nn.Transformer")
+    be.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --study: override a setting of the row, as `run --set` does (e.g. --set train.cpu_amp=true)")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_cmd_bench)
 

@@ -201,6 +201,12 @@ def test_bench_times_a_study_rows_step_at_its_own_shapes_and_splits_it_by_part(c
     assert r["same_shape"]["eager"]["speedup_core_over_peer"] > 0          # n_heads 1: a model the peer builds
     code, _, err = run(capsys, "bench", "--study", str(study), "--steps", "3")
     assert code == 2 and "--study and --row go together" in err
+    # --set lays a setting over the row, as `run --set` does: here the step timed with twice the batch.
+    code, out, _ = run(capsys, "bench", "--study", str(study), "--row", "A1", "--steps", "3", "--no-compare",
+                       "--set", "train.batch_tokens=1200", "--set", "train.max_tokens=1200", "--json")
+    assert code == 0 and json.loads(out)["tgt_tokens_per_step"] > 1.5 * r["tgt_tokens_per_step"]
+    code, _, err = run(capsys, "bench", "--set", "train.cpu_amp=true")
+    assert code == 2 and "give --study and --row with it" in err
 
 
 def test_the_step_split_puts_each_operator_in_its_part():

@@ -1,5 +1,6 @@
 """The trainer: schedule, exact resume, averaging, refusal of foreign checkpoints, and a golden loss curve."""
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -185,7 +186,48 @@ def test_compiled_bucketed_training_matches_eager_and_compiles_once_per_shape(tm
 def test_a_run_says_where_it_trains_and_in_what_precision():
     from harness.train.device import device_note
     assert device_note("auto", torch.device("cpu"), True) == \
-        "training on cpu (device auto: no CUDA device here), fp32 (amp applies on CUDA only)"
+        "training on cpu (device auto: no CUDA device here), fp32 (amp applies on CUDA only; cpu_amp turns it on here)"
     assert device_note("cpu", torch.device("cpu"), False) == "training on cpu, fp32"
     assert device_note("auto", torch.device("cuda", 0), True) == \
         "training on cuda:0 (device auto: a CUDA device), bf16 autocast (amp)"
+    assert device_note("auto", torch.device("cuda", 0), True, cpu_amp=True) == \
+        "training on cuda:0 (device auto: a CUDA device), bf16 autocast (amp)"     # cpu_amp: the CPU's only
+
+
+def test_cpu_amp_is_refused_in_one_sentence_on_a_cpu_without_bf16(monkeypatch):
+    from harness.train import device
+    monkeypatch.setattr(device, "cpu_bf16_supported", lambda: False)
+    with pytest.raises(UserError, match="no bf16 instructions"):
+        device.autocast_for(torch.device("cpu"), True, cpu_amp=True)
+    assert device.autocast_for(torch.device("cpu"), True) is contextlib.nullcontext   # the default: fp32
+    assert device.matmul_dtype(torch.device("cpu"), TRAIN) == torch.float32
+
+
+@pytest.mark.skipif(not __import__("harness.train.device", fromlist=["x"]).cpu_bf16_supported(),
+                    reason="this CPU has no bf16 instructions (AVX512-BF16 or AMX): cpu_amp is refused here")
+def test_cpu_amp_trains_in_bf16_and_stays_within_tolerance_of_fp32(tmp_path, data_cfg, dataset):
+    from harness.train.device import autocast_for, device_note, matmul_dtype
+    from harness.train.compile import training_loss
+    cfg = dataclasses.replace(TRAIN, cpu_amp=True)
+    assert matmul_dtype(torch.device("cpu"), cfg) == torch.bfloat16
+    assert device_note("cpu", torch.device("cpu"), True, True) == "training on cpu, bf16 autocast (cpu_amp)"
+    # One batch's loss and gradients: bf16 matmuls (8-bit mantissas, fp32 accumulation) against fp32.
+    torch.manual_seed(0)
+    model = Transformer(dataclasses.replace(MODEL, p_drop=0.0, vocab_size=dataset.tokenizer.vocab_size))
+    b = dataset.train.data.collate(np.arange(12))
+    loss_fn = training_loss(model, cfg)
+    results = {}
+    for name, amp in (("fp32", TRAIN), ("bf16", cfg)):
+        model.zero_grad(set_to_none=True)
+        with autocast_for(torch.device("cpu"), amp.amp, amp.cpu_amp)():
+            loss, _, _ = loss_fn(b.src, b.tgt_in, b.tgt_out, 0.1)
+        assert loss.dtype == torch.float32                 # the loss is accumulated in fp32 either way
+        loss.backward()
+        results[name] = (loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert results["bf16"][0] == pytest.approx(results["fp32"][0], rel=2e-2)
+    assert torch.cosine_similarity(results["bf16"][1], results["fp32"][1], dim=0) > 0.99
+    # And a whole run: trained and scored under bf16 autocast, its weights kept in fp32.
+    metrics = train(MODEL, cfg, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    assert metrics["steps"] == 6 and 1 < metrics["dev_ppl"] < 2 * dataset.tokenizer.vocab_size
+    state = torch.load(list_checkpoints(tmp_path / "run" / "checkpoints")[-1], weights_only=True)
+    assert all(v.dtype == torch.float32 for v in state["model"].values() if v.is_floating_point())

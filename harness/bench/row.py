@@ -25,6 +25,7 @@ from harness.probes.flops import count_analytic
 from harness.probes.peak import matmul_peak
 from harness.train import BatchStream, TrainConfig, autocast_for, train_step, training_loss
 from harness.train.config import rate_at
+from harness.train.device import matmul_dtype
 from harness.train.loop import setup
 
 # Parts of a step, by the operator's own name (first match wins), or by the scope it runs in (`SCOPES`).
@@ -115,7 +116,7 @@ class _Trainer:
         self.model_cfg = self.model.cfg
         self.stream = BatchStream(data.train.data, train_cfg, self.device, where=str(data.root))
         self.loss_fn = training_loss(self.model, train_cfg, n_shapes=self.stream.n_shapes)
-        self.autocast = autocast_for(self.device, train_cfg.amp)
+        self.autocast = autocast_for(self.device, train_cfg.amp, train_cfg.cpu_amp)
         self.step_no, self.last_micro = 0, []
         self.model.train()
 
@@ -162,7 +163,7 @@ def bench_row(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, threads: 
     thread = _training_thread(events, main)
     split = split_by_part(events, thread, wall_us)
     step_s = statistics.median(times)
-    dtype = torch.bfloat16 if t.device.type == "cuda" and train_cfg.amp else torch.float32
+    dtype = matmul_dtype(t.device, train_cfg)
     peak = matmul_peak(t.device, dtype)
     achieved = sum(flops) / sum(times) / 1e12
     out = {"device": str(t.device), "dtype": str(dtype).replace("torch.", ""), "threads": threads,

@@ -55,7 +55,7 @@ def update_seconds(trial: Trial, cache: dict) -> float:
     from harness.train.config import make_optimizer
     from harness.train.device import resolve_device
     model_cfg, train_cfg = trial.model, trial.train
-    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp, train_cfg.optimizer)
+    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp, train_cfg.cpu_amp, train_cfg.optimizer)
     if key not in cache:
         cache[key] = measured_update_seconds(model_cfg, train_cfg, resolve_device(train_cfg.device),
                                              ASSUMED_SENTENCE_LEN, make_optimizer=make_optimizer)
@@ -72,12 +72,11 @@ def trial_seconds(trial: Trial, flops: float, timing: Timing, workers: int, cach
 def measured_rate(trial: Trial, flops: float, cache: dict) -> tuple[float, float]:
     """(target tokens a second, the share of this machine's matmul peak the counted FLOPs reach) of the trial's
     measured update, with the threads the caller set: the figures `run --dry-run --measure` prints per trial."""
-    import torch
     from harness.probes.peak import matmul_peak
-    from harness.train.device import resolve_device
+    from harness.train.device import matmul_dtype, resolve_device
     seconds = update_seconds(trial, cache)
     device = resolve_device(trial.train.device)
-    dtype = torch.bfloat16 if device.type == "cuda" and trial.train.amp else torch.float32
+    dtype = matmul_dtype(device, trial.train)
     peak = matmul_peak(device, dtype)
     return trial.train.batch_tokens / seconds, (flops / trial.train.steps / seconds / (peak * 1e12)) if peak else 0.0
 

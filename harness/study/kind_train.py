@@ -214,8 +214,9 @@ def run(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE
     # The yardstick for Table 2's cost column computed the paper's way (time x devices x a sustained rate):
     # this device's own large-matmul rate, in the dtype training ran in, with the trial's threads.
     from harness.probes.peak import matmul_peak
+    from harness.train.device import matmul_dtype
     device = torch.device(metrics["device"])
-    dtype = torch.bfloat16 if device.type == "cuda" and train_cfg.amp else torch.float32
+    dtype = matmul_dtype(device, train_cfg)
     metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
     run.log_final(metrics, metrics["steps"])
     from harness.probes.manifest import manifest       # the run's architecture manifest, beside its config

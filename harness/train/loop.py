@@ -140,8 +140,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     out = Path(out_dir)
     device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset, ranks)
     if not quiet and ranks.is_main:
-        print(device_note(cfg.device, device, cfg.amp), flush=True)
-    autocast = autocast_for(device, cfg.amp)
+        print(device_note(cfg.device, device, cfg.amp, cfg.cpu_amp), flush=True)
+    autocast = autocast_for(device, cfg.amp, cfg.cpu_amp)
     lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model)  # noqa: E731
     stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
     loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)

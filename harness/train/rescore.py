@@ -131,7 +131,7 @@ def agreement_of_run(run_dir: str | Path, sentences: int, device: str = "auto") 
         raise UserError(f"--sentences {sentences}: give a whole number of sentences, at least 1.")
     run = load_run(Path(run_dir), device, check_data=check_agreement_data)
     return agreement_metrics(run.model, run.tokenizer, run.data, sentences, run.device, run.train.max_tokens,
-                             autocast_for(run.device, run.train.amp)), len(run.checkpoints)
+                             autocast_for(run.device, run.train.amp, run.train.cpu_amp)), len(run.checkpoints)
 
 
 def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto",
@@ -146,7 +146,7 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
                             run.data.parse_tags)
     metrics, _ = evaluate(run.model, run.tokenizer, data, run.device, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
-                          bleu_sentences=None, autocast=autocast_for(run.device, train_cfg.amp),
+                          bleu_sentences=None, autocast=autocast_for(run.device, train_cfg.amp, train_cfg.cpu_amp),
                           constrained=train_cfg.constrained or constrained, lang=lang, moses=str(train_cfg.bleu_moses))
     metrics[f"{split}_sentences"] = len(data.data)
     metrics[f"{split}_checkpoints_averaged"] = len(run.checkpoints)
