@@ -194,6 +194,8 @@ def test_bench_times_a_study_rows_step_at_its_own_shapes_and_splits_it_by_part(c
     r = json.loads(out)
     assert (r["row"], r["profile"], r["threads"], r["vocab_size"]) == ("A1", "tiny", 1, 300)
     assert r["tgt_tokens_per_s"] > 0 and 0 < r["share_of_peak"] < 1.5 and r["flops_per_step"] > 0
+    # The floor is the counted FLOPs at the peak: the step over the floor is the share of the peak, inverted.
+    assert r["floor_ms"] == pytest.approx(r["flops_per_step"] / (r["peak_tflops"] * 1e12) * 1e3)
     split = r["split_ms"]
     assert abs(sum(split.values()) - r["profiled_step_ms"]) < 1e-6 * r["profiled_step_ms"] + 1e-9
     assert split["matmul: projections, FFN, vocabulary"] > 0 and split["optimizer"] > 0

@@ -174,7 +174,10 @@ def bench_row(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, threads: 
            "steps_timed": steps, "steps_profiled": profiled,
            "profiled_step_ms": wall_us / profiled / 1e3,
            "split_ms": {part: us / profiled / 1e3 for part, us in sorted(split.items(), key=lambda kv: -kv[1])},
-           "top_operators": top_operators(events, thread, profiled)}
+           "top_operators": top_operators(events, thread, profiled),
+           # The floor: the counted FLOPs at the peak, every other operator gone. A step cannot fall below it
+           # in this dtype; step / floor bounds what any change short of a faster dtype can win.
+           "floor_ms": statistics.mean(flops) / (peak * 1e12) * 1e3 if peak else None}
     if compare:
         out["same_shape"] = _same_shape(t, compile_core)
     return out
@@ -226,6 +229,9 @@ def print_row(r: dict, title: str) -> None:
     print(f"step {r['step_ms']:.1f} ms (median of {r['steps_timed']}): {r['tgt_tokens_per_s']:,.0f} target tokens/s; "
           f"{r['flops_per_step'] / 1e9:.2f} GFLOP a step counted, {1e3 * r['tflops']:.1f} GFLOP/s = {peak} of this "
           f"machine's {r['dtype']} matmul peak ({1e3 * r['peak_tflops']:.0f} GFLOP/s with these threads)")
+    if r.get("floor_ms"):
+        print(f"floor: the counted FLOPs alone take {r['floor_ms']:.1f} ms a step at that peak, so no change short of "
+              f"a faster dtype makes this step more than {r['step_ms'] / r['floor_ms']:.2f}x faster")
     total = sum(r["split_ms"].values())
     print(f"where a step's time goes (torch.profiler, {r['steps_profiled']} steps, {r['profiled_step_ms']:.1f} ms a "
           "step under the profiler; each operator's own time in the training thread):")
