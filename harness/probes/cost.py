@@ -59,12 +59,14 @@ def main(as_json: bool = False) -> int:
 
 
 def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25, repeats: int = 3,
-                            make_optimizer=None) -> float:
+                            make_optimizer=None, autocast=None) -> float:
     """Seconds per optimizer update of this model at its schedule's batch, measured on `device`: the update's
     target tokens (train.batch_tokens, in micro-batches of train.max_tokens) as random sentences of
-    sentence_len tokens each side, bf16 autocast as the trainer's (train.amp on CUDA, train.cpu_amp on a CPU), the row's optimizer
+    sentence_len tokens each side, under `autocast` (the trainer's context, harness/train/device.py; None: bf16 on
+    CUDA when train.amp, else none), the row's optimizer
     (make_optimizer(params, train_cfg), the trainer's; fused Adam when None); two warm-up updates, then the
     median of `repeats`. What `run --dry-run --measure` multiplies by each trial's steps. Any model family."""
+    import contextlib
     import math
     import statistics
     import time
@@ -72,8 +74,6 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
     import torch
 
     from model import build_model
-
-    from harness.train.device import autocast_for
     device = torch.device(device)
     torch.manual_seed(0)
     model = build_model(model_cfg).to(device).train()
@@ -85,7 +85,11 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
     rows = max(1, min(train_cfg.batch_tokens, train_cfg.max_tokens) // sentence_len)
     src = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len), device=device)
     tgt = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len + 1), device=device)
-    amp = autocast_for(device, train_cfg.amp, train_cfg.cpu_amp)()
+    if autocast is not None:
+        amp = autocast()
+    else:
+        amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and train_cfg.amp \
+            else contextlib.nullcontext()
 
     def update() -> float:
         if device.type == "cuda":

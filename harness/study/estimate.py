@@ -53,12 +53,15 @@ def update_seconds(trial: Trial, cache: dict) -> float:
     and batch: `cache`)."""
     from harness.probes.cost import measured_update_seconds
     from harness.train.config import make_optimizer
-    from harness.train.device import resolve_device
+    from harness.train.device import autocast_for, resolve_device
     model_cfg, train_cfg = trial.model, trial.train
-    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp, train_cfg.cpu_amp, train_cfg.optimizer)
+    key = (model_cfg, train_cfg.batch_tokens, train_cfg.max_tokens, train_cfg.amp, train_cfg.cpu_amp,
+           train_cfg.optimizer)
     if key not in cache:
-        cache[key] = measured_update_seconds(model_cfg, train_cfg, resolve_device(train_cfg.device),
-                                             ASSUMED_SENTENCE_LEN, make_optimizer=make_optimizer)
+        device = resolve_device(train_cfg.device)
+        cache[key] = measured_update_seconds(model_cfg, train_cfg, device, ASSUMED_SENTENCE_LEN,
+                                             make_optimizer=make_optimizer,
+                                             autocast=autocast_for(device, train_cfg.amp, train_cfg.cpu_amp))
     return cache[key]
 
 
