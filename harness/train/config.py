@@ -96,7 +96,7 @@ class TrainConfig:
                                               "decay_times", "decay_factor", "clip_norm",
                                               "agreement_sentences", "curve_bleu_sentences",
                                               "source_attention_sentences", "attention_stats_sentences",
-                                              "length_sentences", "heads_sentences")
+                                              "length_sentences", "heads_sentences", "cpu_amp")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
