@@ -62,8 +62,8 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
                             make_optimizer=None, autocast=None) -> float:
     """Seconds per optimizer update of this model at its schedule's batch, measured on `device`: the update's
     target tokens (train.batch_tokens, in micro-batches of train.max_tokens) as random sentences of
-    sentence_len tokens each side, under `autocast` (the trainer's context, harness/train/device.py; None: bf16 on
-    CUDA when train.amp, else none), the row's optimizer
+    sentence_len tokens each side, under `autocast` (the trainer's context, harness/train/device.py's `autocast_for`;
+    None: none), the row's optimizer
     (make_optimizer(params, train_cfg), the trainer's; fused Adam when None); two warm-up updates, then the
     median of `repeats`. What `run --dry-run --measure` multiplies by each trial's steps. Any model family."""
     import contextlib
@@ -85,11 +85,7 @@ def measured_update_seconds(model_cfg, train_cfg, device, sentence_len: int = 25
     rows = max(1, min(train_cfg.batch_tokens, train_cfg.max_tokens) // sentence_len)
     src = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len), device=device)
     tgt = torch.randint(4, model_cfg.vocab_size, (rows, sentence_len + 1), device=device)
-    if autocast is not None:
-        amp = autocast()
-    else:
-        amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and train_cfg.amp \
-            else contextlib.nullcontext()
+    amp = autocast() if autocast is not None else contextlib.nullcontext()
 
     def update() -> float:
         if device.type == "cuda":

@@ -105,10 +105,6 @@ def _payloads(runs: pd.DataFrame, uri: str) -> list[tuple[int, dict]]:
     return sorted(out, key=lambda t: t[0])
 
 
-def _cell(values, fmt: str = "{:.1f}") -> str:
-    return interval_cell(values, fmt)
-
-
 def _scores_table(payloads: list[tuple[int, dict]]) -> list[str]:
     """Per relation, over seeds: the best encoder head's score, the best fixed offset's, their gap, chance."""
     body = []
@@ -122,9 +118,11 @@ def _scores_table(payloads: list[tuple[int, dict]]) -> list[str]:
             b = max(((v, l, h) for l, row in enumerate(s["scores"]) for h, v in enumerate(row)), key=lambda t: t[0])
             where.append(_label(b[1], b[2]))
         offsets = sorted({s["offset"] for s in per})
-        body.append([label, f"{sum(s['n'] for s in per) / len(per):.0f}", _cell(best), ", ".join(where),
-                     _cell([s["offset_score"] for s in per]) + f" (k = {', '.join(f'{k:+d}' for k in offsets)})",
-                     _cell([b - s["offset_score"] for b, s in zip(best, per)]), _cell([s["chance"] for s in per])])
+        offset = [s["offset_score"] for s in per]
+        body.append([label, f"{sum(s['n'] for s in per) / len(per):.0f}", interval_cell(best, "{:.1f}"), ", ".join(where),
+                     interval_cell(offset, "{:.1f}") + f" (k = {', '.join(f'{k:+d}' for k in offsets)})",
+                     interval_cell([b - o for b, o in zip(best, offset)], "{:.1f}"),
+                     interval_cell([s["chance"] for s in per], "{:.1f}")])
     return md_table(["relation", "instances a seed", "best head (%)", "best head, by seed", "best fixed offset (%)",
                      "best head − offset (points)", "uniform attention (%)"], body)
 
@@ -246,4 +244,4 @@ def _pruning_and_correlation(payloads: list[tuple[int, dict]]) -> list[str]:
             "the same against the Δ of making it attend uniformly.", ""] + md_table(
         ["seed", "BLEU, all heads", "BLEU, no encoder head", "encoder heads prunable", "BLEU, no head at all",
          "all heads prunable", "ρ (masked)", "ρ (uniform)"], body) + [
-        "", f"Over seeds: ρ (masked) {_cell(rho, '{:+.2f}')}, ρ (uniform) {_cell(rho_u, '{:+.2f}')}.", ""]
+        "", f"Over seeds: ρ (masked) {interval_cell(rho, '{:+.2f}')}, ρ (uniform) {interval_cell(rho_u, '{:+.2f}')}.", ""]
