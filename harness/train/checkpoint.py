@@ -91,6 +91,10 @@ class Checkpointer:
         self.keep, self.every, self.minutes, self.ranks = keep, every, minutes, ranks
         self.is_main = ranks.is_main
         self.last_time = time.perf_counter()
+        # The steps whose checkpoints the patience rule may still score (harness/train/patience.py): kept
+        # beside the newest `keep`, so that disk holds at most twice the averaging window.
+        self.pinned: set[int] = set()
+        self.rule_state: dict | None = None     # the rule's state saved with the checkpoint restored
 
     def path(self, step: int) -> Path:
         return checkpoint_path(self.dir, step)
@@ -101,6 +105,7 @@ class Checkpointer:
         state = latest_readable_checkpoint(self.dir)
         if state is None:
             return 0, {"train_seconds": 0.0, "tokens_seen": 0}
+        self.rule_state = state.get("rule")
         if state.get("version") != CHECKPOINT_VERSION or _named(state.get("config")) != _named(self.config):
             raise UserError(f"checkpoint {list_checkpoints(self.dir)[-1]} was written by another config or "
                             "version; use a new --out directory or delete its checkpoints.")
@@ -115,9 +120,9 @@ class Checkpointer:
             set_rng_state(state["rng"], self.device)
         return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"]}
 
-    def save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
-        """Write the state after `step`; stream_state is the stream's state_dict (epoch, position). Every
-        rank calls it (the RNG states are gathered); rank 0 writes."""
+    def save(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None) -> None:
+        """Write the state after `step`; stream_state is the stream's state_dict (epoch, position), rule the
+        patience rule's (or None). Every rank calls it (the RNG states are gathered); rank 0 writes."""
         rngs = self.ranks.gather(rng_state(self.device))
         if not self.is_main:
             return
@@ -126,7 +131,7 @@ class Checkpointer:
             "optimizer": opt.state_dict(), "step": step, "epoch": stream_state["epoch"],
             "position": stream_state["position"], "train_seconds": clock["train_seconds"],
             "tokens_seen": clock["tokens_seen"], "rng": rngs[0],
-            **({"rank_rng": rngs} if self.ranks.world > 1 else {})})
+            **({"rank_rng": rngs} if self.ranks.world > 1 else {}), **({"rule": rule} if rule else {})})
         self.prune(self.keep)
 
     def due(self, step: int) -> bool:
@@ -135,22 +140,37 @@ class Checkpointer:
         return bool((self.every and step % self.every == 0) or
                     (self.minutes and self.now - self.last_time >= self.minutes * 60))
 
-    def maybe_save(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
+    def maybe_save(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None,
+                   force: bool = False) -> None:
+        """Save when due by steps or time, or when `force` (every rank passes the same: the patience rule
+        saves at each dev evaluation, so that every evaluated step can be scored)."""
         due = self.due(step)
         if self.minutes and self.ranks.world > 1:
             due = self.ranks.agree(due)
-        if due:
-            self.save(step, model, opt, stream_state, clock)
+        if due or force:
+            self.save(step, model, opt, stream_state, clock, rule)
             self.last_time = self.now
 
-    def save_final(self, step: int, model, opt, stream_state: dict, clock: dict) -> None:
+    def save_final(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None) -> None:
         """The final state, unless the checkpoint of this step was just written."""
         if self.ranks.agree(not self.path(step).exists()):
-            self.save(step, model, opt, stream_state, clock)
+            self.save(step, model, opt, stream_state, clock, rule)
 
     def prune(self, keep: int) -> None:
         for old in list_checkpoints(self.dir)[:-keep]:
-            old.unlink()
+            if checkpoint_step(old) not in self.pinned:
+                old.unlink()
+
+    def pin(self, steps: list[int]) -> None:
+        """Keep these steps' checkpoints past the newest `keep` (the window the rule would score now)."""
+        self.pinned = set(steps)
+
+    def steps(self) -> list[int]:
+        return [checkpoint_step(p) for p in list_checkpoints(self.dir)]
+
+    def average_steps(self, steps: list[int]) -> dict[str, torch.Tensor]:
+        """The mean weights of the checkpoints of these steps."""
+        return average_checkpoints([self.path(s) for s in steps])
 
     def average(self, n: int) -> tuple[dict[str, torch.Tensor], int]:
         """The mean weights of the last n checkpoints, and how many there were."""

@@ -18,11 +18,23 @@ from harness.io import atomic_write, atomic_writer
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs
 from harness.train.config import TrainConfig
+from harness.train.patience import Patience, window
+
+
+def scored_steps(cfg: TrainConfig, ckpt: Checkpointer, rule: Patience | None) -> list[int]:
+    """The checkpoints whose mean weights are scored: under the patience rule the average_last ending at the
+    best evaluation (average_at "last": ending at the stop), else the last average_last ([]: the weights as
+    they are, no averaging)."""
+    taken = ckpt.steps()
+    if rule is not None:
+        chosen = window(taken, rule.best_step, cfg.average_last) if cfg.average_at == "best" else []
+        return chosen or taken[-max(cfg.average_last, 1):]
+    return taken[-cfg.average_last:] if cfg.average_last > 1 else []
 
 
 def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer,
-                  data_cfg: DataConfig | None = None) -> tuple[dict, list]:
-    """Average the last cfg.average_last checkpoints into the model (when more than one), then score it.
+                  data_cfg: DataConfig | None = None, rule: Patience | None = None) -> tuple[dict, list]:
+    """Average the checkpoints of `scored_steps` into the model (when there are any), then score it.
     Averaged, the last checkpoint alone is scored first: its dev PPL (dev_ppl_last) and, with eval_test, the
     whole test evaluation (the test_*_last metrics). With cfg.agreement_sentences, the final weights also
     score the made-up corpus's agreement contrasts (agree_* metrics); with cfg.source_attention_sentences,
@@ -33,15 +45,18 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
                        lang=data.tgt_lang,   # EN-FR: the tokenized BLEU with Moses' French rules
                        moses=str(cfg.bleu_moses))
     averaged, last_metrics = 0, {}
-    if cfg.average_last > 1:
+    chosen = scored_steps(cfg, ckpt, rule)
+    if chosen and chosen != ckpt.steps()[-1:]:     # anything but the last weights alone
         # The last weights' own dev PPL ends the learning curve (whether training had converged is a question
         # about them, not about their average); what averaging buys is the difference from dev_ppl.
         last_metrics["dev_ppl_last"] = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
         if cfg.eval_test:   # and on the test set, the last checkpoint alone scored in full first
             scored, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
             last_metrics.update({f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))})
-        weights, averaged = ckpt.average(cfg.average_last)
-        model.load_state_dict(weights)
+        model.load_state_dict(ckpt.average_steps(chosen))
+        averaged = len(chosen)
+    if chosen:
+        last_metrics.update({"scored_from_step": chosen[0], "scored_to_step": chosen[-1]})
     metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
     if cfg.eval_test:
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
@@ -66,11 +81,11 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
 
 
 def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, out: Path, run: dict,
-           is_main: bool = True, data_cfg: DataConfig | None = None) -> dict:
+           is_main: bool = True, data_cfg: DataConfig | None = None, rule: Patience | None = None) -> dict:
     """The final metrics: the evaluation's, then `run` (what the loop measured), then the corpus's.
     The main rank writes metrics.json and the first 50 dev translations."""
     t_eval = time.perf_counter()
-    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg)
+    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg, rule)
     if cfg.heads_sentences and data_cfg is not None and is_main:
         # The heads probe on the final weights (harness/eval/heads.py): its figures as metrics, the rest (per-head
         # scores and ablations, the curves, the figures' attention) in heads.json beside the weights.

@@ -36,8 +36,10 @@ class MetricsLog:
     (written by an attempt that died later) are dropped on open, since those steps are trained again."""
 
     def __init__(self, path: Path, *, steps: int, log_every: int, eval_every: int, max_minutes: float = 0.0,
-                 quiet: bool = False, on_log: Callable[[int, dict], None] | None = None, is_main: bool = True):
+                 quiet: bool = False, on_log: Callable[[int, dict], None] | None = None, is_main: bool = True,
+                 eval_last: bool = False):
         self.path, self.steps, self.log_every, self.eval_every = Path(path), steps, log_every, eval_every
+        self.eval_last = eval_last     # the patience rule evaluates the last step too (it may be the best)
         self.on_log, self.is_main = on_log, is_main
         self.progress = Progress(steps, max_minutes, quiet or not is_main)
         self._file = None
@@ -78,7 +80,10 @@ class MetricsLog:
             self._reset()
 
     def should_eval(self, step: int) -> bool:
-        """A dev evaluation after this step: every eval_every steps, except the last (the finish scores it)."""
+        """A dev evaluation after this step: every eval_every steps, except the last (the finish scores it),
+        which is evaluated too under the patience rule (eval_last)."""
+        if self.eval_last and step == self.steps:
+            return True
         return bool(self.eval_every) and step % self.eval_every == 0 and step < self.steps
 
     def close(self) -> None:

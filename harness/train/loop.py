@@ -36,6 +36,7 @@ from harness.train.device import autocast_for, device_note, resolve_device
 from harness.train.dist import SINGLE, Ranks
 from harness.train.finish import finish
 from harness.train.log import MetricsLog
+from harness.train.patience import Patience, window
 from harness.train.stream import BatchStream
 
 # A hook is called after each step's backward pass and before the update: hook(step, loss_sum) returns the
@@ -149,16 +150,22 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
                         every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
     step, clock = ckpt.restore(model, opt, stream)    # every rank, from the same files
+    rule = Patience(cfg.patience) if cfg.patience else None     # train until dev stops improving (patience.py)
+    if rule:
+        rule.load_state_dict(ckpt.rule_state)
+        ckpt.pin(window(ckpt.steps(), rule.best_step, cfg.average_last))
     log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main).open(step)
+                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main,
+                     eval_last=rule is not None).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
+    stop_now = False       # the rule's decision, rank 0's on every rank
     attn_stats = lambda: dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences,  # noqa: E731
                                                   device, cfg.label_smoothing)
     if cfg.attention_stats_sentences and ranks.is_main and step == 0:     # the initialisation's (§3.2.1)
         log.record(0, attn_stats())
     model.train()
     with stream:
-        while step < cfg.steps and not out_of_time():
+        while step < cfg.steps and not out_of_time() and not stop_now:
             t0 = time.perf_counter()
             loss_sum, n_tokens = train_step(model, opt, loss_fn, stream.next_update(), lr_at(step + 1),
                                             cfg.label_smoothing, device, autocast, ranks, ddp)
@@ -174,24 +181,31 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             clock["train_seconds"] += dt
             clock["tokens_seen"] += n_tokens
             log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
-            if log.should_eval(step) and ranks.is_main:
-                log.record(step, {"dev_ppl": perplexity(model, data.dev.data, cfg.max_tokens, device, autocast),
-                                  **(attn_stats() if cfg.attention_stats_sentences else {})})
+            evaluated = log.should_eval(step)
+            if evaluated and ranks.is_main:
+                dev_ppl = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
+                log.record(step, {"dev_ppl": dev_ppl, **(attn_stats() if cfg.attention_stats_sentences else {})})
+                if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
+                    ckpt.pin(window(ckpt.steps() + [step], step, cfg.average_last))
                 model.train()
+            if rule and evaluated:
+                stop_now = ranks.agree(rule.exhausted)
             if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
                                   "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
                 model.train()
-            ckpt.maybe_save(step, model, opt, stream.state_dict(), clock)
-    ckpt.save_final(step, model, opt, stream.state_dict(), clock)
+            rule_state = rule.state_dict() if rule else None
+            ckpt.maybe_save(step, model, opt, stream.state_dict(), clock, rule_state, force=bool(rule) and evaluated)
+    ckpt.save_final(step, model, opt, stream.state_dict(), clock, rule.state_dict() if rule else None)
     log.close()
     if not ranks.is_main:
         return {}
     return finish(model, data, cfg, device, autocast, ckpt, out, {
         "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
         "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
-        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps},
-        data_cfg=data_cfg)
+        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps,
+        **(rule.metrics(step, cfg.steps) if rule else {})},
+        data_cfg=data_cfg, rule=rule)
 
 
 def curve_bleu(model, data: Dataset, cfg: TrainConfig, device, autocast) -> float:

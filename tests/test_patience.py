@@ -1,0 +1,117 @@
+"""Training until dev stops improving (harness/train/patience.py): the rule, where a run stops, which weights
+it is scored on, which checkpoints it keeps, and a resumed run that stops where the uninterrupted one did."""
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+
+import harness.train.loop as loop
+from harness.data.corpus import DataConfig, load_dataset
+from harness.errors import UserError
+from harness.eval.evaluate import perplexity
+from harness.train import TrainConfig, average_checkpoints, list_checkpoints, train
+from harness.train.patience import Patience, window
+from model import Transformer, TransformerConfig
+
+MODEL = TransformerConfig(vocab_size=300, d_model=32, d_ff=64, n_heads=4, n_layers=1, max_len=256)
+# A budget of 12 steps, dev every 2, patience 2, the mean of the 2 checkpoints ending at the best scored.
+RULE = TrainConfig(steps=12, warmup=3, max_tokens=600, batch_tokens=600, checkpoint_every=0, checkpoint_minutes=0,
+                   log_every=1, bleu_sentences=8, max_extra=5, beam_size=2, eval_every=2, patience=2,
+                   average_last=2)
+
+
+@pytest.fixture(scope="module")
+def data_cfg(tmp_path_factory):
+    return DataConfig(train_pairs=300, dev_pairs=16, test_pairs=16, seed=5,
+                      cache_dir=str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def dataset(data_cfg):
+    return load_dataset(data_cfg, MODEL.vocab_size, MODEL.max_len)
+
+
+@pytest.fixture
+def scripted_dev(monkeypatch):
+    """The loop's dev PPL at each evaluation, in order, from a list the test fills (the final scoring still
+    computes the real one): a curve chosen by the test, so that where the rule stops is known."""
+    curve: list[float] = []
+    seen: list[float] = []
+
+    def fake(*args, **kwargs):
+        seen.append(curve.pop(0))
+        return seen[-1]
+    monkeypatch.setattr(loop, "perplexity", fake)
+    return curve, seen
+
+
+def test_the_rule_counts_evaluations_without_a_strictly_lower_best():
+    rule = Patience(2)
+    assert rule.update(2, 9.0) and rule.update(4, 7.0)
+    assert not rule.update(6, 7.0) and not rule.exhausted      # equal is not better (fairseq's is_better)
+    assert rule.update(8, 6.5) and rule.bad == 0                # a new best resets the count
+    assert not rule.update(10, 6.6) and not rule.update(12, 8.0) and rule.exhausted
+    assert (rule.best, rule.best_step) == (6.5, 8)
+    again = Patience(2)
+    again.load_state_dict(rule.state_dict())
+    assert again == rule
+
+
+def test_the_window_is_the_k_checkpoints_ending_at_the_best():
+    assert window([2, 4, 6, 8, 10], 6, 2) == [4, 6]
+    assert window([2, 4, 6, 8, 10], 6, 0) == [6]                 # no averaging: the best alone
+    assert window([4, 6], 4, 3) == [4]                           # fewer taken than k
+
+
+def test_a_run_stops_after_patience_evaluations_and_is_scored_at_its_best(tmp_path, data_cfg, dataset, scripted_dev):
+    curve, seen = scripted_dev
+    curve.extend([9.0, 7.0, 6.0, 6.2, 6.1, 5.0])     # best at step 6; steps 8 and 10 are no better: stop at 10
+    run = tmp_path / "run"
+    metrics = train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
+    assert seen == [9.0, 7.0, 6.0, 6.2, 6.1] and curve == [5.0]     # never evaluated past the stop
+    assert metrics["steps"] == 10 and metrics["stopped_by_rule"] and not metrics["hit_budget"]
+    assert (metrics["best_step"], metrics["best_dev_ppl"], metrics["evals_since_best"]) == (6, 6.0, 2)
+    assert (metrics["scored_from_step"], metrics["scored_to_step"], metrics["averaged_checkpoints"]) == (4, 6, 2)
+    # Disk stays bounded: the window ending at the best (4, 6) and the newest two (8, 10), nothing older.
+    kept = list_checkpoints(run / "checkpoints")
+    assert [p.name for p in kept] == [f"step_{s:08d}.pt" for s in (4, 6, 8, 10)]
+    # The scored figure is the mean of steps 4 and 6, not the last weights.
+    model = Transformer(MODEL.replace(vocab_size=dataset.tokenizer.vocab_size))
+    model.load_state_dict(average_checkpoints(kept[:2]))
+    scored = perplexity(model, dataset.dev.data, RULE.max_tokens, torch.device("cpu"), contextlib.nullcontext)
+    assert scored == pytest.approx(metrics["dev_ppl"], rel=1e-6)
+    assert metrics["dev_ppl_last"] != pytest.approx(metrics["dev_ppl"], rel=1e-6)
+
+
+def test_a_run_still_improving_hits_the_budget_and_says_so(tmp_path, data_cfg, dataset, scripted_dev):
+    curve, seen = scripted_dev
+    curve.extend([9.0, 8.0, 7.0, 6.0, 5.0, 4.0])     # better at every evaluation, the last step's included
+    metrics = train(MODEL, dataclasses.replace(RULE, average_last=0), data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    assert len(seen) == 6 and metrics["steps"] == 12
+    assert metrics["hit_budget"] and not metrics["stopped_by_rule"] and metrics["best_step"] == 12
+    assert metrics["averaged_checkpoints"] == 0 and metrics["scored_to_step"] == 12      # the last weights
+
+
+def test_a_resumed_run_stops_where_the_uninterrupted_one_did(tmp_path, data_cfg, dataset, scripted_dev):
+    curve, _ = scripted_dev
+    curve.extend([9.0, 7.0, 6.0, 6.2, 6.1])
+    whole = train(MODEL, RULE, data_cfg, tmp_path / "whole", quiet=True, dataset=dataset)
+    run = tmp_path / "cut"
+    curve.extend([9.0, 7.0, 6.0, 6.2, 6.1])
+    train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
+    # Pretend the run died after step 8: its step-10 checkpoint is lost, and the rule's state comes back from
+    # step 8's (one evaluation without a new best).
+    list_checkpoints(run / "checkpoints")[-1].unlink()
+    curve.extend([6.1])
+    resumed = train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
+    for key in ("steps", "best_step", "stopped_by_rule", "dev_ppl", "dev_bleu", "tokens_seen"):
+        assert resumed[key] == whole[key], key
+
+
+def test_the_rule_is_refused_without_evaluations_or_with_an_unknown_window():
+    with pytest.raises(UserError, match="train.patience 3 counts dev evaluations: set train.eval_every"):
+        TrainConfig(patience=3).validate()
+    with pytest.raises(UserError, match="train.average_at 'first' is not known; use one of best, last"):
+        TrainConfig(eval_every=5, patience=3, average_at="first").validate()
