@@ -55,9 +55,51 @@ def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
         return "unknown", False
 
 
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    first = text.split("\n\n")[0]
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines()) if k.strip()}
+
+
+def cpu_model() -> str:
+    """The processor's name, and on x86 its family, model and stepping: two machines that both call themselves
+    "Intel(R) Xeon(R) Processor" (as virtual machines often do) are told apart by the model number."""
+    info = _cpuinfo()
+    name = " ".join(info.get("model name", "").split()) or platform.processor() or "unknown CPU"
+    if "cpu family" in info and "model" in info:
+        name += f" (family {info['cpu family']} model {info['model']} stepping {info.get('stepping', '?')})"
+    return name
+
+
+# Instruction-set extensions that change which kernels oneDNN and MKL run (and so the last digits of a result).
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_isa() -> str:
+    """The vector code the CPU kernels dispatch to: ATen's capability (DEFAULT, AVX2, AVX512, ...; what torch's
+    own kernels pick at run time) and the listed extensions the CPU has (what oneDNN and MKL pick from)."""
+    flags = set(_cpuinfo().get("flags", "").split())
+    have = [f for f in _ISA_FLAGS if f in flags]
+    return f"{torch.backends.cpu.get_cpu_capability()} kernels" + (f"; {' '.join(have)}" if have else "")
+
+
 def hardware() -> str:
+    """One line: architecture, CPU model and the instruction set its kernels use, cores, GPUs, torch. The same
+    figures reproduce bit for bit only on the same CPU model, threads and versions (README, "Reproducing")."""
     gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{platform.machine()} {os.cpu_count()} CPU cores{gpu}, torch {torch.__version__}"
+    return (f"{platform.machine()} {cpu_model()} [{cpu_isa()}], {os.cpu_count()} CPU cores{gpu}, "
+            f"torch {torch.__version__}")
+
+
+def hardware_tags() -> dict[str, str]:
+    """The hardware as MLflow tags: the one-line summary and its parts, each searchable on its own."""
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    return {"hardware": hardware(), "cpu_model": cpu_model(), "cpu_isa": cpu_isa(), "gpu": gpu,
+            "torch_threads": str(torch.get_num_threads())}
 
 
 # The libraries a result depends on, recorded with every run (tags version.<name>) and printed in reports.

@@ -118,7 +118,7 @@ def run_trial(spec: dict, ctx: dict, kind: TrialKind, ranks: Ranks = SINGLE) -> 
         return {}
     tags = {**ctx["tags"], "row": trial.row, "seed": trial.seed, "config_hash": trial.config_hash,
             "trial_kind": trial.kind, "workers": ranks.world, "backend": ranks.backend or "none (one process)",
-            "hardware": system.hardware(), **system.versions()}   # this worker's own: a cluster's nodes may differ
+            **system.hardware_tags(), **system.versions()}   # this worker's own: a cluster's nodes may differ
     run = TrialRun(ctx["uri"], ctx["experiment_id"], ctx["parent_id"], trial.key, tags, flatten(kind.params(trial)))
     # Where this trial's child run is, so that `python -m harness evaluate RUN_DIR` can log to it later
     atomic_write(out_dir / RUN_POINTER, json.dumps({"tracking_uri": ctx["uri"], "run_id": run.run_id,

@@ -25,6 +25,7 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.report import claims
+from harness.report.registration import registration
 
 # Our metric name -> the final metric logged by the trial.
 METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
@@ -361,6 +362,15 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     return "; ".join(notes)
 
 
+def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
+    """The claim's registration against the commits of the runs of its rows (of every run when none ran)."""
+    judged = runs[runs["tags.row"].isin([r for r in (c.get("a_row"), c.get("b_row")) if r])]
+    judged = judged if len(judged) else runs
+    shas = set(judged.get("tags.git_sha", pd.Series(dtype=str)).dropna().astype(str))
+    dirty = judged.get("tags.git_dirty", pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
+    return registration(claim_id, shas, bool(dirty))
+
+
 def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None = None) -> list[str]:
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
@@ -381,8 +391,13 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
              "margin), contradicted if it lies below 0 (or wholly outside the margin), inconclusive if it spans 0. "
              "Perplexity claims are compared as ln PPL (nats per subword), so a difference of 0.05 is a PPL ratio of "
              "about 1.05.", "",
-             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs |",
-             "|---|---|---|---|---|---|---|"]
+             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs "
+             "| registered before these runs? |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines[2] += (" The last column is computed from git when this report is made (harness/report/registration.py): "
+                 "\"registered\" where the claim's rows, metric and margin or threshold were committed in the runs' "
+                 "commit or before it, \"written after these runs' figures\" otherwise, and whether the claim was "
+                 "redefined after a committed report had shown its verdict.")
     if any(c["expect"] == "above" for c in checked):
         lines[2] += (" A threshold claim compares one row's measured value with a target fixed in claims.yaml before "
                      "the runs: Δ is value - target, and it holds if Δ's interval over seeds lies above 0, is "
@@ -419,7 +434,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         elif claim.expect == "above":
             diff += f", above {claim.target:g}"
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
-                 _claim_why(c, diag, deps, with_base)]
+                 _claim_why(c, diag, deps, with_base), _registered(claim.id, c, runs)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return lines + [""]
 

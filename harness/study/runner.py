@@ -27,7 +27,7 @@ from harness.study.departures import departures_tag
 from harness.study.estimate import Timing
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
-from harness.system import git_state, hardware, versions
+from harness.system import git_state, hardware_tags, versions
 from harness.tracking import VARIANT_TAG, StudyTracking, share_view, tracking_uri
 from harness.trial import Trial, spec_key
 
@@ -221,7 +221,8 @@ def run_study(args) -> int:
     t_start = time.perf_counter()
     sha, dirty = git_state()
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
-            "git_dirty": dirty, "hardware": hardware(), **versions(), **({VARIANT_TAG: name} if name else {})}
+            "git_dirty": dirty, "mlflow.source.git.commit": sha, **hardware_tags(), **versions(),
+            **({VARIANT_TAG: name} if name else {})}
     parent_id, run_dir = _open_parent(tracking, study, parent, tags, args.runs_dir, len(todo))
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
