@@ -117,6 +117,11 @@ def log_table2(client):
                 "dev_ppl": dev_ppl, "test_ppl": test_ppl, "params": 1.2e6, "steps": 800, "train_seconds": secs,
                 "eval_seconds": 30.0, "train_flops": flops, "flops_per_target_token": 1.0e6, "tokens_seen": 6.0e6,
                 "device_matmul_tflops": 0.05, "averaged_checkpoints": 5}.items()]
+            # Under the patience rule: base's seeds stopped by it, base_enfr hit the budget still improving
+            # (big_enfr ran without the rule and says nothing of it).
+            rule = {"base": (1.0, 600), "base_enfr": (0.0, 800)}.get(row)
+            if rule:
+                ms += [("stopped_by_rule", rule[0], 800), ("best_step", rule[1], 800)]
         trial(client, exp, parent, i, row, seed, "train", status, params, ms,
               {"device": "cpu", "sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"},
               reason=None if status == "FINISHED" else T2_FAILURE)
@@ -246,6 +251,9 @@ def test_table2_paper_and_ours(reports):
     assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | – | 5.10 | 5.60 | – | – | – | 1.2 |" in base
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
+    assert base.endswith("| stopped by the rule in every seed, at steps 800/800 (best 600/600) |")
+    assert line(text, "| **base_enfr** |").endswith("| hit the budget of 800 steps while improving |")
+    assert "rule" not in line(text, "| **big_enfr** |") and "budget" not in line(text, "| **big_enfr** |")
     big = line(text, "| **big** |")
     assert "0/1 FAILED" in big and f"FAILED: {T2_FAILURE}" in big and "| – / 20 |" in big
     assert table.loc["base", "test_bleu_tok_mean"] == pytest.approx(22.5)

@@ -241,8 +241,47 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
                 span = (later[0][0], last_step)
         out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
                     "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span,
-                    "rose": sum(rose), "seeds": len(rose)}
+                    "rose": sum(rose), "seeds": len(rose), "rule": _rule_outcomes(g)}
     return out
+
+
+def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
+    """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: ("rule", step it
+    stopped at, best step) or ("budget", steps, best step); [] where the rule was off."""
+    if "metrics.stopped_by_rule" not in g:
+        return []
+    out = []
+    for _, r in g.sort_values("tags.seed", key=lambda x: x.astype(str)).iterrows():
+        if pd.isna(r["metrics.stopped_by_rule"]):
+            continue
+        how = "rule" if r["metrics.stopped_by_rule"] >= 0.5 else "budget"
+        out.append((how, int(r.get("metrics.steps", 0)), int(r.get("metrics.best_step", 0))))
+    return out
+
+
+def stopping_notes(runs: pd.DataFrame) -> dict[str, str]:
+    """Each row's `stopping_note` from its finished runs' final metrics alone (no curves read)."""
+    done = runs[runs["status"] == "FINISHED"]
+    diag = {row: {"rule": _rule_outcomes(g)} for row, g in done.groupby(done["tags.row"].astype(str))}
+    return {row: stopping_note(row, diag) for row in diag}
+
+
+def stopping_note(row: str, diag: dict[str, dict]) -> str:
+    """How the row's seeds ended under the patience rule: "stopped by the rule at step S (best B)" for each, or
+    "hit the budget of S steps while improving" (best at the last evaluation) or "... best at B" ("": rule off)."""
+    ends = diag.get(row, {}).get("rule") or []
+    if not ends:
+        return ""
+    parts = [f"stopped by the rule at step {stop} (best {best})" if how == "rule" else
+             f"hit the budget of {stop} steps while improving" if best == stop else
+             f"hit the budget of {stop} steps (best {best})" for how, stop, best in ends]
+    if len(set(how for how, _, _ in ends)) == 1 and len(ends) > 1:
+        how = ends[0][0]
+        steps = "/".join(str(s) for _, s, _ in ends)
+        bests = "/".join(str(b) for _, _, b in ends)
+        return (f"stopped by the rule in every seed, at steps {steps} (best {bests})" if how == "rule" else
+                f"hit the budget in every seed ({steps} steps; best {bests})")
+    return "; ".join(f"seed {i}: {p}" for i, p in enumerate(parts)) if len(parts) > 1 else parts[0]
 
 
 def _claim_value(metric: str, x: float) -> str:
@@ -256,11 +295,14 @@ def _claim_value(metric: str, x: float) -> str:
 
 
 def regime_note(row: str, diag: dict[str, dict]) -> str:
-    """Where a row stood when training stopped, from its dev PPL curve: on the plateau, still improving."""
+    """Where a row stood when training stopped, from its dev PPL curve: on the plateau, still improving; under
+    the patience rule, how each seed ended (`stopping_note`) instead of the curve's last quarter."""
     d, base = diag.get(row, {}), diag.get("base", {}).get("ppl", float("nan"))
     ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
     if pd.notna(ppl) and pd.notna(base) and row != "base" and ppl > 2.5 * base:
         return f"near the plateau: dev PPL {ppl:.2f}, {ppl / base:.1f}x the base's"
+    if d.get("rule"):
+        return stopping_note(row, diag)
     if pd.notna(drop) and drop > 0.10 and d.get("span"):
         return f"still improving: dev PPL -{100 * drop:.0f} % from step {d['span'][0]} to {d['span'][1]}"
     return ""
@@ -336,7 +378,7 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     rows = list(dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r))
     for row in rows:
         d = diag.get(row, {})
-        if regime_note(row, diag):
+        if regime_note(row, diag) and not regime_note(row, diag).startswith("stopped by the rule"):
             notes.append(f"{rests}{row}, which was {regime_note(row, diag)}" if rests else
                          f"{row} was {regime_note(row, diag)}")
         if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":

@@ -12,7 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from harness.paper import columns, load_tables
 from harness.report.rivals import agreement_section, compute_section
-from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
+from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, stopping_notes, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
@@ -135,7 +135,7 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
             "params (M)", "steps", "checkpoints", "training (min)", "device TFLOPS",
             "cost, paper's way (FLOPs)", "counted FLOPs", "implied utilization", "pair", "paper BLEU",
             "paper cost (FLOPs)", "notes"]
-    body = []
+    body, stops = [], stopping_notes(results["runs"])
     for r in table.to_dict("records"):
         arch = ", ".join(num(r[c], "{:g}") for c in ("N", "d_model", "d_ff", "h"))
         body.append([f"**{r['row']}**", r["paper_model"] or "–", arch, seeds_cell(r),
@@ -148,7 +148,7 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
                      num(r["train_minutes"], "{:.1f}"), num(r["device_matmul_tflops"], "{:.3g}"),
                      num(r["cost_paper_way"], "{:.2e}"), num(r["cost_counted"], "{:.2e}"),
                      num(100 * r["implied_utilization"], "{:.1f} %"), r["pair"], num(r["paper_bleu"], "{:g}"),
-                     num(r["paper_cost"], "{:.1e}"), failure_cell(r)])
+                     num(r["paper_cost"], "{:.1e}"), "; ".join(x for x in (failure_cell(r), stops.get(r["row"])) if x)])
     lines += md_table(head, body)
     lines += ["", "## The paper's own cost, two ways", "",
               "The paper's cost is training time × GPUs × an assumed sustained rate per GPU (footnote 5). "

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
+from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, stopping_notes, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
 
 T4_SETUP = {"train_trees": "data.train_pairs", **columns("N", "d_model"), "beam": "train.beam_size",
             "alpha": "train.alpha", "max_extra": "train.max_extra"}
@@ -92,6 +92,7 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     head = ["row", "data", "training trees", "N", "d_model", "beam", "alpha", "seeds", "F1 test", "F1 dev",
             "recall", "precision", "complete match %", "avg crossing", "well-formed %", "F1 test, constrained",
             "F1 dev, constrained", "test PPL", "params (M)", "steps", "training (min)", "paper F1", "notes"]
+    stops = stopping_notes(results["runs"])
     body = [[f"**{r['row']}**", r["data"] or "–", num(r["train_trees"], "{:.0f}"), num(r["N"], "{:g}"),
              num(r["d_model"], "{:g}"), num(r["beam"], "{:g}"), num(r["alpha"], "{:g}"), seeds_cell(r),
              pm(r["test_f1"], r["test_f1_std"]), pm(r["dev_f1"], r["dev_f1_std"]), num(r["test_recall"]),
@@ -99,7 +100,7 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
              num(r["test_well_formed"], "{:.1f}"), num(r.get("test_f1_constrained")),
              num(r.get("dev_f1_constrained")), num(r["test_ppl"]), num(r["params_M"], "{:.3g}"),
              num(r["steps"], "{:.0f}"), num(r["train_minutes"], "{:.1f}"), num(r["paper_f1"], "{:.1f}"),
-             failure_cell(r)] for r in table.to_dict("records")]
+             "; ".join(x for x in (failure_cell(r), stops.get(r["row"])) if x)] for r in table.to_dict("records")]
     lines += ["", "## Ours in detail (test split unless marked dev)", "", *md_table(head, body)]
     return lines
 
