@@ -1,0 +1,165 @@
+"""Every committed report matches HEAD: its claims (ids, wording, margin or threshold, and a registration status
+for each verdict), its rows and its departures from the paper are what harness/paper/claims.yaml and its study
+file give now. No training: the study file is resolved as `run` resolves it, from the command the report names.
+
+A report whose runs are still to be made again is listed in STALE with the reason; the test fails if a listed
+report has become fresh (drop it from the list) as well as if any other report is stale."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.overrides import parse_sets
+from harness.report.common import departure_lines
+from harness.study.departures import departures
+from harness.study.kinds import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+CLAIMS = ROOT / "harness" / "paper" / "claims.yaml"
+REGISTRATION_HEADER = "registered before these runs?"
+
+# Reports whose studies must run again before they match HEAD (issue: verdicts as evidence). Each reason is
+# what the check finds; regenerating the report from new runs removes it from here.
+STALE = {
+    "reports/table1.md": "no departures section; no registration column",
+    "reports/table2.md": "no registration column",
+    "reports/table3.md": "11 of 13 claims, the old dropout_helps; no Dbase row; no departures; no registration column",
+    "reports/table4.md": "no registration column",
+    "reports/modern.md": "no departures section; no registration column",
+    "reports/decoder_only.md": "no registration column",
+    "reports/extrapolation.md": "no registration column",
+    "reports/heads.md": "no registration column",
+    "reports/scaling_dk.md": "no registration column",
+    "reports/corpus2/table3.md": "no registration column",
+    "reports/multi30k/table2.md": "3 of 9 claims, no gnmt or convs2s rows; no registration column",
+    "reports/multi30k/rivals/table2.md": "no registration column",
+    "reports/multi30k/table3.md": "no registration column; rows trained to a fixed budget (the profile now has the rule)",
+    "reports/multi30k/decoder_only.md": "no registration column",
+    "reports/wsj-sample/table4.md": "no registration column; trained to a fixed budget (the profile now has the rule)",
+}
+
+
+def committed_reports() -> list[Path]:
+    return sorted(p for p in (ROOT / "reports").rglob("*.md") if p.name != "README.md")
+
+
+def _invocation(text: str) -> tuple[str, str, list[str] | None, dict]:
+    """The study file, profile, --rows and --set of the command a report names in its header."""
+    command = re.search(r"^- command: `([^`]*)`", text, re.M)
+    profile = re.search(r"profile `([^`]+)`", text)
+    if not command or not profile:
+        raise AssertionError("the report names no command or profile in its header")
+    args = shlex.split(command.group(1))
+    path = next(a for a in args if a.endswith(".yaml"))
+    rows = args[args.index("--rows") + 1].split(",") if "--rows" in args else None
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    return path, profile.group(1), rows, parse_sets(sets)
+
+
+def _section(text: str, title: str) -> list[str] | None:
+    if f"\n## {title}\n" not in text:
+        return None
+    body = text.split(f"\n## {title}\n", 1)[1]
+    return body.split("\n## ", 1)[0].splitlines()
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+
+def expected_claims(study: str, claims_file: Path = CLAIMS) -> dict[str, dict]:
+    entries = yaml.safe_load(claims_file.read_text())["claims"]
+    return {c["id"]: c for c in entries if c["study"] == study}
+
+
+def problems(report: Path, claims_file: Path = CLAIMS) -> list[str]:
+    """What in the report differs from what HEAD's claims and study file give ([] when fresh)."""
+    text = report.read_text()
+    path, profile, rows, sets = _invocation(text)
+    study = load_study(ROOT / path, profile, rows, None, sets)
+    found = []
+    # Rows: every row the invocation ran appears as a bold first cell of a table, and no other.
+    shown = set(re.findall(r"^\| \*\*([A-Za-z0-9_.+-]+)\*\* \|", text, re.M))
+    if set(study.rows) != shown:
+        found.append(f"rows: the report shows {sorted(shown)}, the study file gives {sorted(study.rows)}")
+    # Departures, as the runner would tag them now (probe studies have none to list).
+    if study.kind == "train":
+        want = [ln for ln in departure_lines({"departures": json.dumps(departures(study))}, ",".join(study.rows))
+                if ln.startswith("- `") or ln.startswith("None:")]
+        have = [ln for ln in (_section(text, "Departures from the paper") or [])
+                if ln.startswith("- `") or ln.startswith("None:")]
+        if _section(text, "Departures from the paper") is None:
+            found.append("departures: the report has no departures section")
+        elif want != have:
+            found.append(f"departures: {sorted(set(have) ^ set(want))} differ")
+    # Claims: ids, wording and margin or threshold, and each verdict's registration status.
+    claims = expected_claims(study.name, claims_file)
+    section = _section(text, "Claims") or []
+    table = [ln for ln in section if ln.startswith("| `")]
+    if claims and not section:
+        found.append("claims: the report has no claims section")
+    ids = {re.match(r"\| `([^`]+)`", ln).group(1): ln for ln in table}
+    if set(ids) != set(claims):
+        found.append(f"claims: the report has {sorted(ids)}, claims.yaml has {sorted(claims)}")
+    header = next((ln for ln in section if ln.startswith("| claim |")), "")
+    if table and REGISTRATION_HEADER not in header:
+        found.append("claims: no registration column")
+    for cid, ln in ids.items():
+        c = claims.get(cid)
+        if c is None:
+            continue
+        cells = _cells(ln)
+        if cells[1].replace("\\|", "|") != " ".join(c["text"].split()):
+            found.append(f"claims: {cid}'s text differs")
+        bound = {"equivalent": f"margin ±{c.get('margin', 0):g}", "value": f"tolerance ±{c.get('margin', 0):g}",
+                 "above": f"above {c.get('target', 0):g}"}.get(c["expect"])
+        if bound and bound not in cells[4]:
+            found.append(f"claims: {cid}'s {bound} is not in the report")
+        if REGISTRATION_HEADER in header and len(cells) < 8:
+            found.append(f"claims: {cid} has no registration status")
+    return found
+
+
+@pytest.mark.parametrize("report", committed_reports(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_committed_report_matches_head(report):
+    name = str(report.relative_to(ROOT))
+    found = problems(report)
+    if name in STALE:
+        assert found, f"{name} is fresh now: drop it from STALE"
+    else:
+        assert not found, f"{name} is stale: {found}; regenerate it (README, Reports) or list it in STALE"
+
+
+def test_every_stale_listing_names_a_committed_report():
+    names = {str(p.relative_to(ROOT)) for p in committed_reports()}
+    assert set(STALE) <= names
+
+
+def test_a_claim_added_without_regenerating_the_reports_is_caught(tmp_path):
+    # The fresh report of the check: the first report not listed as stale that has claims; add a claim for its
+    # study to a copy of claims.yaml and the check names it.
+    fresh = [p for p in committed_reports() if str(p.relative_to(ROOT)) not in STALE and "## Claims" in p.read_text()]
+    report = fresh[0] if fresh else committed_reports()[0]
+    study = load_study(ROOT / _invocation(report.read_text())[0], _invocation(report.read_text())[1]).name
+    raw = yaml.safe_load(CLAIMS.read_text())
+    extra = dict(next(c for c in raw["claims"] if c["study"] == study) if any(c["study"] == study for c in raw["claims"])
+                 else raw["claims"][0], id="a_new_claim", study=study)
+    raw["claims"].append(extra)
+    edited = tmp_path / "claims.yaml"
+    edited.write_text(yaml.safe_dump(raw, sort_keys=False))
+    found = problems(report, edited)
+    assert any("a_new_claim" in f for f in found), found
+
+
+def test_a_changed_margin_is_caught(tmp_path):
+    report = ROOT / "reports" / "multi30k" / "table3.md"
+    raw = yaml.safe_load(CLAIMS.read_text())
+    target = next(c for c in raw["claims"] if c["study"] == "table3" and c["expect"] == "equivalent")
+    target["margin"] = target["margin"] * 3
+    edited = tmp_path / "claims.yaml"
+    edited.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert any(target["id"] in f and "margin" in f for f in problems(report, edited))
