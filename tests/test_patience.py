@@ -3,6 +3,7 @@ it is scored on, which checkpoints it keeps, and a resumed run that stops where 
 
 import contextlib
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -108,6 +109,22 @@ def test_a_resumed_run_stops_where_the_uninterrupted_one_did(tmp_path, data_cfg,
     resumed = train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
     for key in ("steps", "best_step", "stopped_by_rule", "dev_ppl", "dev_bleu", "tokens_seen"):
         assert resumed[key] == whole[key], key
+
+
+def test_the_plateau_schedule_shrinks_the_rate_when_dev_stalls(tmp_path, data_cfg, dataset, scripted_dev):
+    # ConvS2S's way (reduce on plateau): lr 0.01 after warmup, x0.1 after each 2 evaluations without a new best.
+    curve, _ = scripted_dev
+    curve.extend([9.0, 8.0, 8.5, 8.6, 8.7, 8.8])
+    cfg = dataclasses.replace(RULE, schedule="plateau", lr=0.01, warmup=1, lr_patience=2, decay_factor=0.1,
+                              decay_times=4, patience=5, average_last=0)
+    metrics = train(MODEL, cfg, data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["lr"] for r in rows if "lr" in r}
+    # best at 4; no better at 6, 8 (first shrink after 8), 10, 12 (second after 12): the budget ends at 12
+    assert [lr[s] for s in (4, 8, 9, 12)] == pytest.approx([0.01, 0.01, 0.001, 0.001])
+    assert metrics["lr_shrinks"] == 2 and metrics["steps"] == 12 and metrics["best_step"] == 4
+    with pytest.raises(UserError, match="schedule plateau shrinks the rate when dev stops improving"):
+        dataclasses.replace(cfg, lr_patience=0).validate()
 
 
 def test_the_rule_is_refused_without_evaluations_or_with_an_unknown_window():

@@ -73,6 +73,9 @@ class TrainConfig:
     decay_start: float = 2 / 3         # constant_decay: the share of the steps after which the rate decays
     decay_times: int = 4               # constant_decay: how many times it is multiplied by decay_factor
     decay_factor: float = 0.5
+    # plateau (with the patience rule): cfg.lr after a linear warmup, times decay_factor each time lr_patience
+    # dev evaluations pass without a new best, at most decay_times times (harness/train/patience.py).
+    lr_patience: int = 0
     clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
     # The made-up corpus only: score this many sentences' subject-verb agreements as contrastive pairs after
     # training (harness/eval/agreement.py; §4's long-range argument), logged as agree_* metrics (0: none).
@@ -106,14 +109,14 @@ class TrainConfig:
                                               "agreement_sentences", "curve_bleu_sentences",
                                               "source_attention_sentences", "attention_stats_sentences",
                                               "length_sentences", "heads_sentences", "cpu_amp", "patience",
-                                              "average_at")
+                                              "average_at", "lr_patience")
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
         for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
-                     "patience",
+                     "patience", "lr_patience",
                      "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences",
                      "attention_stats_sentences", "length_sentences", "heads_sentences"):
             if getattr(self, name) < 0:
@@ -131,9 +134,12 @@ class TrainConfig:
             raise UserError(f"optimizer {self.optimizer!r} is not known; use one of {', '.join(OPTIMIZERS)}.")
         if self.schedule not in SCHEDULES:
             raise UserError(f"schedule {self.schedule!r} is not known; use one of {', '.join(SCHEDULES)}.")
-        if self.schedule == "constant_decay" and not self.lr > 0:
-            raise UserError("schedule constant_decay needs a rate: set train.lr (e.g. 0.001 for Adam, 0.25 for "
+        if self.schedule in ("constant_decay", "plateau") and not self.lr > 0:
+            raise UserError(f"schedule {self.schedule} needs a rate: set train.lr (e.g. 0.001 for Adam, 0.25 for "
                             "nesterov).")
+        if self.schedule == "plateau" and not (self.patience and self.lr_patience):
+            raise UserError("schedule plateau shrinks the rate when dev stops improving: set train.patience (the "
+                            "stop) and train.lr_patience (the evaluations without a new best before each shrink).")
         if not (0.0 <= self.decay_start <= 1.0 and self.decay_times >= 0 and 0.0 < self.decay_factor <= 1.0
                 and 0.0 <= self.momentum < 1.0 and self.clip_norm >= 0.0):
             raise UserError("train settings decay_start must lie in [0, 1], decay_times >= 0, decay_factor in "
@@ -150,7 +156,7 @@ class TrainConfig:
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIMIZERS = ("adam", "nesterov")
-SCHEDULES = ("noam", "constant_decay")
+SCHEDULES = ("noam", "constant_decay", "plateau")
 AVERAGE_AT = ("best", "last")
 
 
@@ -160,9 +166,11 @@ def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> f
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-def rate_at(step: int, cfg: TrainConfig, d_model: int) -> float:
+def rate_at(step: int, cfg: TrainConfig, d_model: int, shrinks: int = 0) -> float:
     """The learning rate of update `step` (from 1) under cfg's schedule:
     - noam: §5.3's `learning_rate`, times lr_scale;
+    - plateau: cfg.lr after a linear warmup of cfg.warmup steps, times decay_factor ** shrinks (the times dev
+      stopped improving so far, counted by the patience rule);
     - constant_decay: cfg.lr after a linear warmup of cfg.warmup steps, multiplied by decay_factor decay_times
       times at even intervals over the steps after decay_start x steps (tensorflow/nmt's decay schemes, e.g.
       GNMT's "luong234": halve 4 times over the last third)."""
@@ -170,6 +178,8 @@ def rate_at(step: int, cfg: TrainConfig, d_model: int) -> float:
         return learning_rate(step, d_model, cfg.warmup, cfg.lr_scale)
     step = max(step, 1)
     rate = cfg.lr * min(1.0, step / cfg.warmup)
+    if cfg.schedule == "plateau":
+        return rate * cfg.decay_factor ** shrinks
     start = cfg.decay_start * cfg.steps
     if cfg.decay_times and step > start:
         interval = max(1.0, (cfg.steps - start) / cfg.decay_times)

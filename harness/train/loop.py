@@ -143,15 +143,15 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     if not quiet and ranks.is_main:
         print(device_note(cfg.device, device, cfg.amp, cfg.cpu_amp), flush=True)
     autocast = autocast_for(device, cfg.amp, cfg.cpu_amp)
-    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model)  # noqa: E731
+    rule = Patience(cfg.patience, cfg.lr_patience, cfg.decay_times) if cfg.patience else None   # patience.py
+    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model, rule.shrinks if rule else 0)  # noqa: E731
     stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
     loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
     ddp = data_parallel(model, loss_fn, device, ranks, cfg.seed)
     ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
                         every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
     step, clock = ckpt.restore(model, opt, stream)    # every rank, from the same files
-    rule = Patience(cfg.patience) if cfg.patience else None     # train until dev stops improving (patience.py)
-    if rule:
+    if rule:                  # train until dev stops improving: the rule's state as the checkpoint left it
         rule.load_state_dict(ckpt.rule_state)
         ckpt.pin(window(ckpt.steps(), rule.best_step, cfg.average_last))
     log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
@@ -188,8 +188,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                 if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
                     ckpt.pin(window(ckpt.steps() + [step], step, cfg.average_last))
                 model.train()
-            if rule and evaluated:
+            if rule and evaluated:    # rank 0 evaluated: its decisions (the stop, the plateau's rate) on every rank
                 stop_now = ranks.agree(rule.exhausted)
+                if cfg.lr_patience and ranks.world > 1:
+                    rule.shrinks = int(ranks.sum(rule.shrinks if ranks.is_main else 0)[0])
             if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
                                   "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
