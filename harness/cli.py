@@ -42,7 +42,15 @@ def _cmd_data_prepare(args) -> int:
     if args.pair is not None and not source.pairs:
         raise UserError(f"--pair chooses a language pair of a corpus that has several (multi30k); {args.corpus} "
                         "has one, leave --pair out.")
-    manifest = source.prepare(args.from_dir, args.out, args.pair)
+    if args.form is not None and args.form not in source.forms:
+        raise UserError(f"--form {args.form!r}: {args.corpus} is prepared " +
+                        (f"in one of the forms {', '.join(source.forms)}." if source.forms else
+                         "as released only; leave --form out."))
+    form = {}
+    if args.form is not None:
+        from harness.eval.bleu import lc_norm_tok
+        form = {"form": args.form, "tokenize": lc_norm_tok}
+    manifest = source.prepare(args.from_dir, args.out, args.pair, **form)
     summary = source.describe(manifest)
     print(json.dumps(manifest) if args.json else f"prepared {args.corpus} in {args.out}" +
           (f": {summary}" if summary else ""))
@@ -94,7 +102,7 @@ def _cmd_train(args) -> int:
     if args.json:
         print(json.dumps({**metrics, "dev_ppl_curve": curve}))
     else:
-        keys = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "dev_bleu_copy_source", "params", "steps",
+        keys = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "dev_bleu_tok_lc", "dev_bleu_copy_source", "params", "steps",
                 "train_seconds", "tokens_per_s")
         print(" | ".join(f"{k} {metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k} {metrics[k]}"
                          for k in keys if k in metrics))
@@ -311,6 +319,9 @@ def _add_data(sub) -> None:
     prep.add_argument("corpus", help="wmt14-en-de | wmt14-en-fr | multi30k | ptb")
     prep.add_argument("--from", dest="from_dir", required=True, type=Path, help="directory of downloaded files")
     prep.add_argument("--pair", default=None, help="multi30k only: en-de (default) or en-fr")
+    prep.add_argument("--form", default=None,
+                      help="multi30k only: raw (default: the text as released) or lc.norm.tok (lowercased, "
+                           "punctuation normalised, Moses-tokenized, as the dataset's data/task1/tok files)")
     prep.add_argument("--out", required=True, type=Path)
     prep.add_argument("--json", action="store_true")
     prep.set_defaults(func=_cmd_data_prepare)

@@ -14,7 +14,7 @@ from harness.data.ptb import SAMPLE_SPLITS, prepare_ptb
 from harness.data.readers import read_lines
 from harness.data.trees import parse_tree
 from harness.errors import UserError
-from harness.eval.bleu import tokenized_bleu, tokenized_lc_bleu
+from harness.eval.bleu import lc_norm_tok, multi_bleu, tokenized_bleu, tokenized_lc_bleu
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 MULTI30K, PTB = SHARED / "multi30k", SHARED / "ptb-wsj-sample"
@@ -247,19 +247,35 @@ def test_the_parse_task_reads_a_prepared_ptb_directory(tmp_path):
 
 # ------------------------------------------------------------------------------------------ BLEU tok lc
 
-def test_bleu_tok_lc_is_the_tokenized_bleu_of_the_lowercased_text():
+def test_bleu_tok_lc_is_multi_bleu_on_the_datasets_lc_norm_tok_form():
     hyps = ["Ein Mann mit einem Hut, der etwas anstarrt.", "Zwei Hunde spielen im Schnee."]
     refs = ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.", "zwei hunde spielen im schnee."]
     lc = tokenized_lc_bleu(hyps, refs)
-    assert lc.score == tokenized_bleu([h.lower() for h in hyps], [r.lower() for r in refs]).score
+    assert lc.score == multi_bleu([lc_norm_tok(h) for h in hyps], [lc_norm_tok(r) for r in refs]).score
     assert lc.score > tokenized_bleu(hyps, refs).score    # "Zwei Hunde" matches "zwei hunde" only lowercased
     assert tokenized_lc_bleu(["Le Chien Noir Court."], ["le chien noir court ."], lang="fr").score == 100.0
+    # Hyphens stay inside words, as in the dataset's files (tokenizer.perl without -a): "3-jähriges" is one
+    # token, so a hypothesis that gets only its first part right earns no unigram for it.
+    assert lc_norm_tok("Ein 3-jähriges Kind.") == "ein 3-jähriges kind ."
+    assert tokenized_lc_bleu(["ein 3-jähriges kind ."], ["ein 3-jähriges kind ."], tokenized=True).score == 100.0
+
+
+def test_lc_norm_tok_matches_the_datasets_moses_scripts_line_for_line():
+    # tests/fixtures/moses_lc_norm_tok.tsv: 40 sentences written for the test (not Multi30K's), each with the
+    # output of the dataset's own pipeline (lowercase.perl | normalize-punctuation.perl -l L | tokenizer.perl -l L
+    # from its vendored Moses 3a0631a), quotes, guillemets, no-break spaces, abbreviations and apostrophes.
+    rows = [ln.rstrip("\n").split("\t") for ln in
+            (Path(__file__).parent / "fixtures" / "moses_lc_norm_tok.tsv").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 40 and {r[0] for r in rows} == {"en", "de", "fr"}
+    for lang, raw, perl in rows:
+        assert lc_norm_tok(raw, lang) == perl, raw
 
 
 # ------------------------------------------------------------------------------------------ evaluate
 
-def _tiny_run(tmp_path: Path, average_last: int = 2):
-    """A few steps of a small model on a made-up Multi30K-shaped directory, test scored as Table 2 does."""
+def _tiny_run(tmp_path: Path, average_last: int = 2, form: str = "raw"):
+    """A few steps of a small model on a made-up Multi30K-shaped directory, test scored as Table 2 does
+    (form lc.norm.tok: the directory prepared in the literature's tokenized form)."""
     from harness.data.corpus import DataConfig
     from harness.train import TrainConfig, train
     from model import TransformerConfig
@@ -272,7 +288,8 @@ def _tiny_run(tmp_path: Path, average_last: int = 2):
                        ("test_2017_flickr", range(2, 16, 5))):
         write(raw / f"{stem}.en", "".join(en[i] + "\n" for i in rows), gz=True)
         write(raw / f"{stem}.de", "".join(de[i] + "\n" for i in rows), gz=True)
-    prepare_multi30k(raw, tmp_path / "m30k")
+    prepare_multi30k(raw, tmp_path / "m30k", form=form, tokenize=lc_norm_tok)
+    prepare_multi30k(raw, tmp_path / "m30k-raw")
     model = TransformerConfig(vocab_size=60, d_model=32, d_ff=64, n_heads=4, n_layers=1, max_len=64)
     cfg = TrainConfig(steps=6, warmup=3, max_tokens=400, batch_tokens=400, checkpoint_every=2, checkpoint_minutes=0,
                       log_every=2, max_extra=5, beam_size=2, average_last=average_last, eval_test=True)
@@ -294,6 +311,22 @@ def test_evaluate_scores_the_final_averaged_weights_as_the_run_did(tmp_path, cap
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["test_2017_flickr_sentences"] == 3 and "test_2017_flickr_bleu_tok_lc" in out
     assert out["mlflow_run_id"] is None           # a `train` run has no MLflow run to log to
+
+
+def test_a_run_on_the_tokenized_form_is_scored_on_it_and_a_raw_test_set_is_brought_into_it(tmp_path, capsys):
+    from harness.train.rescore import rescore
+    metrics, run, data = _tiny_run(tmp_path, form="lc.norm.tok")
+    assert (data / "test.de").read_text(encoding="utf-8").splitlines()[0] == "ein hund schläft hier ."
+    assert "test_bleu_tok_lc" in metrics and "test_bleu" not in metrics and "test_bleu_tok" not in metrics
+    # the same test set, prepared raw: lc_norm_tok brings it into the run's form, and the score is the same
+    raw = rescore(run, tmp_path / "m30k-raw", "test")
+    assert raw["test_bleu_tok_lc"] == pytest.approx(metrics["test_bleu_tok_lc"], abs=1e-9)
+    assert raw["test_ppl"] == pytest.approx(metrics["test_ppl"], rel=1e-6)
+    # a run on raw text cannot be scored on tokenized text: one sentence, exit 2
+    _, raw_run, _ = _tiny_run(tmp_path / "second")
+    code = main(["evaluate", str(raw_run), "--data", str(data), "--split", "test", "--no-log"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "holds Multi30K's lc.norm.tok text, but the run trained on raw" in err
 
 
 def test_evaluate_one_checkpoint_scores_those_weights_alone(tmp_path, capsys):

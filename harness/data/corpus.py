@@ -3,6 +3,8 @@ directory of plain parallel text (e.g. what `python -m harness data prepare wmt1
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -99,6 +101,18 @@ def split_paths(root: Path, split: str) -> tuple[Path, Path]:
                     "it needs train, dev and test files with one sentence a line.")
 
 
+TOKENIZED_FORM = "lc.norm.tok"      # Multi30K's lowercased, normalised, tokenized form (data/multi30k.py)
+
+
+def text_form(root: Path) -> str:
+    """The form a prepared directory's text is in, as its manifest says: "raw" (as released; also generated
+    corpora and directories without a manifest) or "lc.norm.tok"."""
+    try:
+        return str(json.loads((Path(root) / "manifest.json").read_text(encoding="utf-8")).get("form", "raw"))
+    except (OSError, ValueError, AttributeError):
+        return "raw"
+
+
 def _checked_texts_and_tokenizer(cfg: DataConfig, vocab_size: int):
     root = corpus_dir(cfg)
     paths = {split: split_paths(root, split) for split in ("train", "dev", "test")}
@@ -129,7 +143,7 @@ def load_dataset(cfg: DataConfig, vocab_size: int, max_len: int | None = None) -
     tgt_suffix = split_paths(root, "train")[1].suffix.lstrip(".")
     tgt_lang = tgt_suffix if tgt_suffix in ("de", "fr") else cfg.target
     info = {"root": str(root), "bpe_model": str(tokenizer.path), "vocab_size": tokenizer.vocab_size,
-            "tgt_lang": tgt_lang,
+            "tgt_lang": tgt_lang, "form": text_form(root),
             **{f"{s}_pairs": len(splits[s].data) for s in splits},
             **{f"{s}_truncated": splits[s].data.truncated for s in ("dev", "test")}}
     if cfg.task == "parse":

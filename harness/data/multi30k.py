@@ -9,8 +9,11 @@ test_2016_flickr (1,000). Every further test set found beside them (test_2017_fl
 test_2018_flickr where the user has them) is written under its own name, e.g. test_2017_flickr.en / .de,
 and `python -m harness evaluate RUN --data DIR --split test_2017_flickr` scores a run on it.
 
-Nothing is tokenized or lowercased here: runs see the raw text, score sacreBLEU on it, and score the
-literature's tokenized lowercased BLEU themselves (harness/eval/bleu.py `tokenized_lc_bleu`).
+By default nothing is tokenized or lowercased here: runs see the raw text, score sacreBLEU on it, and score
+the literature's tokenized lowercased BLEU themselves (harness/eval/bleu.py `tokenized_lc_bleu`). With
+`--form lc.norm.tok` every split is written in the form the multimodal-MT literature trains on (the dataset's
+`data/task1/tok/*.lc.norm.tok.*`: lowercased, punctuation normalised, Moses-tokenized; harness/eval/bleu.py
+`lc_norm_tok`, equal to the dataset's own files line for line), and runs on it are scored on that form.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from harness.data.readers import read_parallel, write_lines
 from harness.errors import UserError
@@ -30,6 +34,7 @@ SPLITS = (("train", "train", 29_000), ("val", "dev", 1_014), ("test_2016_flickr"
 # Further test sets of task 1 (written under their own names when present): sizes as released.
 EXTRA_TEST_LINES = {"test_2017_flickr": 1_000, "test_2017_mscoco": 461, "test_2018_flickr": 1_071}
 PAIRS = ("en-de", "en-fr")
+FORMS = ("raw", "lc.norm.tok")     # the text as released, or the literature's lowercased tokenized form
 _EXTRA = re.compile(r"^(test_[0-9]{4}_[a-z]+)\.en(\.gz)?$")
 
 
@@ -80,13 +85,17 @@ def find_files(root: Path, tgt: str) -> list[_Found]:
     return found
 
 
-def prepare_multi30k(from_dir: str | os.PathLike, out_dir: str | os.PathLike, pair: str = "en-de") -> dict:
+def prepare_multi30k(from_dir: str | os.PathLike, out_dir: str | os.PathLike, pair: str = "en-de",
+                     form: str = "raw", tokenize: Callable[[str, str], str] | None = None) -> dict:
     """Write out_dir/{train,dev,test}.{en,<tgt>}, every extra test set found as <name>.{en,<tgt>}, and
     manifest.json; return the manifest. Every file is read and checked (UTF-8, not empty, the two sides
     line for line, no empty line) before anything is written: a bad input writes nothing and leaves a
-    previous output as it was."""
+    previous output as it was. form "lc.norm.tok" writes every line as tokenize(line, lang) gives it (the
+    caller passes harness/eval/bleu.py's lc_norm_tok); the manifest records the form."""
     if pair not in PAIRS:
         raise UserError(f"--pair {pair!r} is not a Multi30K task 1 pair; use one of {', '.join(PAIRS)}.")
+    if form not in FORMS or (form != "raw" and tokenize is None):
+        raise UserError(f"--form {form!r} is not a form of Multi30K's text; use one of {', '.join(FORMS)}.")
     root, out = Path(from_dir), Path(out_dir)
     if not root.is_dir():
         raise UserError(f"{root}: not a directory; pass the folder holding Multi30K's raw files "
@@ -96,7 +105,7 @@ def prepare_multi30k(from_dir: str | os.PathLike, out_dir: str | os.PathLike, pa
     tgt = pair.split("-")[1]
     files = find_files(root, tgt)
     texts, manifest = {}, {"from_dir": str(root.resolve()), "dataset": "multi30k-task1", "pair": pair,
-                           "splits": {}, "warnings": []}
+                           "form": form, "splits": {}, "warnings": []}
     expected = {stem: n for stem, _, n in SPLITS} | EXTRA_TEST_LINES
     for f in files:
         en, tg = read_parallel(f.en, f.tgt)
@@ -105,6 +114,8 @@ def prepare_multi30k(from_dir: str | os.PathLike, out_dir: str | os.PathLike, pa
             if blank is not None:
                 raise UserError(f"{path}: line {blank} is empty; every line of Multi30K is one description, "
                                 "aligned line for line with the other language's file.")
+        if form != "raw":
+            en, tg = [tokenize(line, "en") for line in en], [tokenize(line, tgt) for line in tg]
         texts[f.split] = (en, tg)
         manifest["splits"][f.split] = {"from": [str(f.en.relative_to(root)), str(f.tgt.relative_to(root))],
                                        "lines": len(en), "words_en": sum(len(s.split()) for s in en),

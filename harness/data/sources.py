@@ -22,6 +22,9 @@ class Source:
     # several language pairs (`--pair`), else None
     prepare: Callable[[Path, Path, str | None], dict] | None = None
     pairs: tuple[str, ...] = ()
+    # the forms of the text it can be prepared in (`--form`; the first is the default), where it has several;
+    # prepare then takes form= and tokenize= (the CLI passes harness/eval/bleu.py's lc_norm_tok)
+    forms: tuple[str, ...] = ()
     # the settings -> a generated corpus's directory (cached): (DataConfig) -> Path
     generate: Callable[..., Path] | None = None
     # the one-line summary `data prepare` prints of a manifest
@@ -40,8 +43,9 @@ SOURCES = {
     "wmt14-en-fr": Source("WMT14 English-French (§5.1)",
                           prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_FR, src, out)),
     "multi30k": Source("Multi30K task 1, en-de or en-fr (real text at laptop scale)",
-                       prepare=lambda src, out, pair: multi30k.prepare_multi30k(src, out, pair or "en-de"),
-                       pairs=multi30k.PAIRS, describe=_splits("", "lines")),
+                       prepare=lambda src, out, pair, **form: multi30k.prepare_multi30k(src, out, pair or "en-de",
+                                                                                        **form),
+                       pairs=multi30k.PAIRS, forms=multi30k.FORMS, describe=_splits("", "lines")),
     "ptb": Source("Penn Treebank WSJ trees, the full sections or NLTK's sample (Table 4)",
                   prepare=lambda src, out, pair: ptb.prepare_ptb(src, out), describe=_splits(" sentences", "sentences")),
 }

@@ -358,14 +358,65 @@ def tokenized_bleu(hyps: list[str], refs: list[str], refs_tokenized: bool = Fals
     return multi_bleu(hyps_tok, refs_tok)
 
 
-def tokenized_lc_bleu(hyps: list[str], refs: list[str], lang: str = "de", moses: str = "2025") -> BleuResult:
+# normalize-punctuation.perl as Multi30K's scripts/task1-tokenize.sh runs it (the copy of Moses 3a0631a, Dec 2017,
+# that the dataset vendors), rule by rule and in its order. The script reads bytes: [a-z] with /i, \d and \s are
+# ASCII only (re.ASCII), and the line still ends in its newline while the rules run (`[^<]` may match it).
+_N = "\u00a0"   # a no-break space: the "pseudo-space" rules fire only on it
+_NORM_COMMON = [(r"\r", ""), (r"\(", " ("), (r"\)", ") "), (r" +", " "), (r"\) ([\.\!\:\?\;\,])", r")\1"),
+                (r"\( ", "("), (r" \)", ")"), (r"(\d) %", r"\1%"), (r" :", ":"), (r" ;", ";"),
+                (r"`", "'"), (r"''", ' " '), ("„", '"'), ("“", '"'), ("”", '"'), ("–", "-"), ("—", " - "),
+                (r" +", " "), ("´", "'"), ("([a-z])‘([a-z])", r"\1'\2"), ("([a-z])’([a-z])", r"\1'\2"),
+                ("‘", '"'), ("‚", '"'), ("’", '"'), (r"''", '"'), ("´´", '"'), ("…", "..."),
+                (f"{_N}«{_N}", ' "'), (f"«{_N}", '"'), ("«", '"'), (f"{_N}»{_N}", '" '), (f"{_N}»", '"'),
+                ("»", '"'), (f"{_N}%", "%"), (f"nº{_N}", "nº "), (f"{_N}:", ":"), (f"{_N}ºC", " ºC"),
+                (f"{_N}cm", " cm"), (f"{_N}\\?", "?"), (f"{_N}!", "!"), (f"{_N};", ";"), (f",{_N}", ", "),
+                (r" +", " ")]
+_NORM_EN = [(r'"([,\.]+)', r'\1"')]                                    # English "quotation," style
+_NORM_OTHER = [(r',"', '",'), (r'(\.+)"(\s*[^<])', r'"\1\2')]         # German/Spanish/French style
+_NORM_RE = {key: [(re.compile(p, re.ASCII | re.IGNORECASE if "[a-z]" in p else re.ASCII), r) for p, r in rules]
+            for key, rules in (("common", _NORM_COMMON), ("en", _NORM_EN), ("other", _NORM_OTHER),
+                               ("comma_digits", [(f"(\\d){_N}(\\d)", r"\1,\2")]),
+                               ("dot_digits", [(f"(\\d){_N}(\\d)", r"\1.\2")]))}
+
+
+def normalize_punctuation(line: str, lang: str = "en") -> str:
+    """Moses' normalize-punctuation.perl -l LANG (the 3a0631a copy Multi30K's scripts vendor): spaces around
+    brackets and before : ; %, typographic quotes, dashes and French guillemets to ASCII, the quote moved
+    after a comma or period (en) or before it (de, fr, ...), no-break spaces inside numbers to , (de, es, fr,
+    cs) or . (others). tests/fixtures/moses_lc_norm_tok.tsv pins it against the real script."""
+    text = line + "\n"
+    for pat, rep in _NORM_RE["common"]:
+        text = pat.sub(rep, text)
+    if lang == "en":
+        rules = _NORM_RE["en"]
+    elif lang in ("cs", "cz"):
+        rules = []
+    else:
+        rules = _NORM_RE["other"]
+    for pat, rep in rules:
+        text = pat.sub(rep, text)
+    for pat, rep in _NORM_RE["comma_digits" if lang in ("de", "es", "cz", "cs", "fr") else "dot_digits"]:
+        text = pat.sub(rep, text)
+    return text[:-1] if text.endswith("\n") else text
+
+
+def lc_norm_tok(line: str, lang: str = "de") -> str:
+    """A line in Multi30K's `*.lc.norm.tok.*` form, as its scripts/task1-tokenize.sh makes it: lowercase.perl,
+    normalize-punctuation.perl -l LANG, tokenizer.perl -l LANG (no -a: hyphens stay inside words; XML
+    escaping on), all from Moses 3a0631a, whose tokenizer keeps the 2017 rules (a final "usw." stays whole).
+    Measured: equal, line for line, to the dataset's own tok files for train, val, test_2016_flickr and
+    test_2017_flickr in en, de and fr (docs/calibration.md, round 21). Python's str.lower is Perl's lc for
+    every letter Multi30K holds (ä, é, ß)."""
+    return moses_tokenize(normalize_punctuation(line.lower(), lang), lang, escape=True, moses="2017")
+
+
+def tokenized_lc_bleu(hyps: list[str], refs: list[str], lang: str = "de", moses: str = "2025",
+                      tokenized: bool = False) -> BleuResult:
     """"BLEU tok lc", the multimodal-MT literature's BLEU on Multi30K: multi-bleu.perl over the dataset's
-    `*.lc.norm.tok.*` form of both sides (its scripts/task1-tokenize.sh: lowercase.perl, then
-    normalize-punctuation.perl, then `tokenizer.perl -a -l LANG`). Here: lowercase, then `paper_tokenize`.
-    Two steps stand in for the scripts': Moses' replace-unicode-punctuation for normalize-punctuation (both
-    map typographic quotes and dashes to ASCII; Multi30K holds almost none), and the paper's compound split
-    (`a ##AT##-##AT## b`) for `-a`'s (`a @-@ b`): both make the hyphen a token of its own between two
-    non-space characters, on both sides alike, so the n-gram matches are the same wherever the neighbours
-    are letters or digits. Python's str.lower is Perl's lc for every letter Multi30K holds (ä, é, ß)."""
+    `*.lc.norm.tok.*` form of both sides (`lc_norm_tok`; tokenized=True: both sides are in that form already,
+    as a model trained on the tok files outputs, and are scored as they are). `moses` is unused: the form is
+    the dataset's, fixed by the scripts it vendors."""
     _check(hyps, refs)
-    return tokenized_bleu([h.lower() for h in hyps], [r.lower() for r in refs], lang=lang, moses=moses)
+    if not tokenized:
+        hyps, refs = [lc_norm_tok(h, lang) for h in hyps], [lc_norm_tok(r, lang) for r in refs]
+    return multi_bleu(hyps, refs)

@@ -53,13 +53,16 @@ def translate(model: Seq2SeqModel, tokenizer: Tokenizer, data: ParallelData, dev
 
 def evaluate(model: Seq2SeqModel, tokenizer: Tokenizer, split, device: torch.device, *, prefix: str,
              beam_size: int, alpha: float, max_extra: int, max_tokens: int, bleu_sentences: int | None,
-             autocast, constrained: bool = False, lang: str = "de", moses: str = "2025") -> tuple[dict, list[str]]:
+             autocast, constrained: bool = False, lang: str = "de", moses: str = "2025",
+             tokenized: bool = False) -> tuple[dict, list[str]]:
     """Metrics for one split, keyed `{prefix}_ppl`, `{prefix}_bleu` (sacreBLEU), `{prefix}_bleu_tok` (paper),
     `{prefix}_bleu_tok_lc` (the same lowercased: Multi30K's literature).
     Parsing: `{prefix}_f1` and EVALB's other scores, from the paper's unconstrained beam search plus repair;
     with `constrained`, the same sentences decoded again under the tree constraint, `{prefix}_*_constrained`.
     `lang` is the target language whose Moses rules (of version `moses`: 2025, or the paper's 2017) tokenize
-    both sides for `{prefix}_bleu_tok` (de, fr)."""
+    both sides for `{prefix}_bleu_tok` (de, fr). `tokenized`: the text is Multi30K's lc.norm.tok form already
+    (`data prepare multi30k --form lc.norm.tok`): only `{prefix}_bleu_tok_lc` is scored, on the text as it is
+    (sacreBLEU and the paper's BLEU are defined on untokenized text)."""
     metrics = {f"{prefix}_ppl": perplexity(model, split.data, max_tokens, device, autocast)}
     n = len(split.data) if bleu_sentences is None else min(bleu_sentences, len(split.data))
     if n:
@@ -81,6 +84,11 @@ def evaluate(model: Seq2SeqModel, tokenizer: Tokenizer, split, device: torch.dev
                     scores, _ = parse_scores(held, srcs, split.trees[:n])
                     metrics.update({f"{prefix}_{k}_constrained": v for k, v in scores.items()})
             return metrics, trees
+        if tokenized:
+            lc = tokenized_lc_bleu(hyps, refs, lang=lang, tokenized=True)
+            metrics.update({f"{prefix}_bleu_tok_lc": lc.score, f"{prefix}_bleu_tok_lc_parts": str(lc),
+                            f"{prefix}_bleu_sentences": n})
+            return metrics, hyps
         score, signature = sacre_bleu(hyps, refs)
         tok = tokenized_bleu(hyps, refs, lang=lang, moses=moses)
         # tok's parts as multi-bleu.perl prints them (a string: an MLflow tag beside sacreBLEU's signature),

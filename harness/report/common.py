@@ -25,7 +25,7 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.report import claims
-from harness.report.registration import registration
+from harness.report.registration import ROOT as _REGISTRATION_ROOT, late_profile_changes, registration
 
 # Our metric name -> the final metric logged by the trial.
 METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
@@ -402,6 +402,29 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
                      f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["expect"] == "better" else
                      f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
     return "; ".join(notes)
+
+
+def late_changes_section(parent: dict | None) -> list[str]:
+    """For a layout that scores a test set: every setting of this profile changed after a committed report had
+    shown a test figure of it (from git, harness/report/registration.py), so that a reader can tell settings
+    chosen on dev alone from settings changed once a test figure was known."""
+    tags = (parent or {}).get("tags", {})
+    path, profile = tags.get("study_file", ""), tags.get("profile", "")
+    if not path or not profile or profile == "paper":
+        return []
+    rel = Path(path).resolve()
+    try:
+        rel = rel.relative_to(_REGISTRATION_ROOT.resolve())
+    except ValueError:
+        rel = Path(path)
+    changes = late_profile_changes(rel.as_posix(), profile)
+    head = ["## Settings changed after a test figure of this profile existed", ""]
+    if not changes:
+        return head + [f"None: no setting of the `{profile}` profile changed after a committed report first showed "
+                       "its test figures (computed from git).", ""]
+    return head + [f"Computed from git: {changes[0][1:-1]}; each setting below changed after that, so a test figure "
+                   "was known when it was chosen (the choice itself was made on dev: docs/calibration.md).", "",
+                   *[f"- {c}" for c in changes[1:]], ""]
 
 
 def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:

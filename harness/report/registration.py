@@ -10,6 +10,7 @@ shown one of its verdicts says so too. Nothing here is typed by hand: a reader c
 
 from __future__ import annotations
 
+import json
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -126,3 +127,70 @@ def registration(claim_id: str, run_shas: set[str], dirty: bool = False, root: P
         status += (f"; redefined {times} after its verdict was known (first shown at {shown[:7]}; "
                    f"{', '.join(sha[:7] for sha in late)})")
     return status
+
+
+def _flat(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _profile_view(text: str | None, profile: str) -> dict[str, object]:
+    """What decides a profile's runs in one version of a study file: the study's base, rows and seeds and the
+    profile's own block, flattened to dotted keys (comments and other profiles left out)."""
+    try:
+        raw = yaml.safe_load(text or "") or {}
+    except yaml.YAMLError:
+        return {}
+    view = {k: raw.get(k) for k in ("base", "rows", "seeds") if k in raw}
+    view["profile"] = (raw.get("profiles") or {}).get(profile)
+    return _flat(view)
+
+
+def _row_of(key: str) -> str | None:
+    """The row a flattened key belongs to (rows.X.... or profile.rows.X....), else None."""
+    parts = key.split(".")
+    if parts[0] == "rows" and len(parts) > 1:
+        return parts[1]
+    if parts[:2] == ["profile", "rows"] and len(parts) > 2:
+        return parts[2]
+    return None
+
+
+def late_profile_changes(study_file: str, profile: str, root: Path = ROOT) -> list[str]:
+    """Every setting of `profile` in `study_file` (a path relative to the checkout) changed after a committed
+    report had shown a test figure of that profile: one line each, with the commits ([] when none, or
+    without git). The first such report is the first commit of reports/ naming the study file and profile in
+    its command; callers are the layouts that score a test set."""
+    root_s = str(root)
+    head = _head(root_s)
+    if head is None:
+        return []
+    log = _git(root_s, "log", "--format=%H", "--reverse", "-S", f"{study_file} --profile {profile}", "--", "reports")
+    first = log.split()[0] if log and log.split() else None
+    if first is None:
+        return []
+    commits = (_git(root_s, "log", "--format=%H", "--reverse", f"{first}..HEAD", "--", study_file) or "").split()
+    before = _profile_view(_git(root_s, "show", f"{first}:{study_file}"), profile)
+    shown_rows = {_row_of(k) for k in before} - {None}      # rows added later had no test figure to see
+    lines = []
+    for sha in commits:
+        after = _profile_view(_git(root_s, "show", f"{sha}:{study_file}"), profile)
+        added = set()
+        for key in sorted(set(before) | set(after)):
+            if before.get(key) == after.get(key):
+                continue
+            row = _row_of(key)
+            if row is not None and row not in shown_rows:
+                added.add(row)
+                continue
+            lines.append(f"`{key.removeprefix('profile.')}`: {json.dumps(before.get(key))} → "
+                         f"{json.dumps(after.get(key))} at {sha[:7]}")
+        lines += [f"row `{row}` added or changed at {sha[:7]} (it had no test figure before)" for row in sorted(added)]
+        before = after
+    if lines:
+        lines.insert(0, f"(the first report with this profile's test figures was committed at {first[:7]})")
+    return lines

@@ -12,7 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from harness.paper import columns, load_tables
 from harness.report.rivals import agreement_section, compute_section
-from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, stopping_notes, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
+from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, stopping_notes, late_changes_section, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
@@ -268,5 +268,6 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
         if section:
             lines += ["", *section, f"![{plot.stem}]({plot.name})", ""]
             extra.append(plot)
+    lines += ["", *late_changes_section(results["parent"])]
     return write_files(study, out_dir, lines, table, plots,
                        claims_section(study, results["runs"], uri, results["parent"])) + extra

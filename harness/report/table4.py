@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, stopping_notes, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
+from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, stopping_notes, late_changes_section, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
 
 T4_SETUP = {"train_trees": "data.train_pairs", **columns("N", "d_model"), "beam": "train.beam_size",
             "alpha": "train.alpha", "max_extra": "train.max_extra"}
@@ -129,7 +129,8 @@ def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table = summarize_table4(runs, declared_rows(results["parent"]))
     plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png"),
              plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
-    return write_files(study, out_dir, render_table4(study, results, table), table, plots, claims_section(study, runs, uri, results["parent"]))
+    lines = render_table4(study, results, table) + ["", *late_changes_section(results["parent"])]
+    return write_files(study, out_dir, lines, table, plots, claims_section(study, runs, uri, results["parent"]))
 
 
 # The paper table (the parent's `table` tag) -> its writer: (study, results, uri, out_dir) -> [md, csv, *pngs].

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from harness.data.corpus import DataConfig
+from harness.data.corpus import TOKENIZED_FORM, DataConfig
 from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
 from harness.eval.attention_stats import dev_attention_statistics
@@ -43,7 +43,7 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained,
                        lang=data.tgt_lang,   # EN-FR: the tokenized BLEU with Moses' French rules
-                       moses=str(cfg.bleu_moses))
+                       moses=str(cfg.bleu_moses), tokenized=data.info.get("form") == TOKENIZED_FORM)
     averaged, last_metrics = 0, {}
     chosen = scored_steps(cfg, ckpt, rule)
     if chosen and chosen != ckpt.steps()[-1:]:     # anything but the last weights alone
@@ -71,7 +71,7 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         metrics.update(length_metrics(model, data.tokenizer, data_cfg, cfg.length_sentences, device,
                                       beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                                       max_tokens=cfg.max_tokens, autocast=autocast, lang=data.tgt_lang,
-                                      moses=str(cfg.bleu_moses)))
+                                      moses=str(cfg.bleu_moses), tokenized=data.info.get("form") == TOKENIZED_FORM))
     if cfg.attention_stats_sentences:
         metrics.update(dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences, device,
                                                 cfg.label_smoothing))

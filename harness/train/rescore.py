@@ -19,13 +19,14 @@ from model import ConfigError, ModelConfig, build_model, config_from_dict
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
-from harness.data.corpus import DataConfig, Split, corpus_dir, split_paths
+from harness.data.corpus import TOKENIZED_FORM, DataConfig, Split, corpus_dir, split_paths, text_form
 from harness.data.parse import parse_pairs, parse_symbols
 from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
 from harness.eval.agreement import agreement_metrics, check_agreement_data
 from harness.eval.evaluate import evaluate
+from harness.eval.bleu import lc_norm_tok
 from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
 from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
@@ -74,8 +75,9 @@ def run_tokenizer(run_dir: Path, model_cfg: ModelConfig, data_cfg: DataConfig) -
 
 
 def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_len: int,
-               tagged: bool = False) -> tuple[Split, str]:
-    """One split of a prepared directory, encoded with the run's tokenizer; and the target language."""
+               tagged: bool = False, form: str = "raw") -> tuple[Split, str]:
+    """One split of a prepared directory, encoded with the run's tokenizer, in the text form the run trained
+    on (`form`); and the target language."""
     if not data_dir.is_dir():
         raise UserError(f"--data {data_dir}: not a directory; pass a prepared data directory (`data prepare ...`).")
     if task == "parse":
@@ -89,9 +91,18 @@ def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_
         return Split(src, tgt, data, gold), "en"
     src_path, tgt_path = split_paths(data_dir, split)
     src, tgt = read_parallel(src_path, tgt_path)
-    data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
     suffix = tgt_path.suffix.lstrip(".")
-    return Split(src, tgt, data), suffix if suffix in ("de", "fr") else "de"
+    lang = suffix if suffix in ("de", "fr") else "de"
+    have = text_form(data_dir)
+    if form != have:
+        if form != TOKENIZED_FORM:
+            raise UserError(f"--data {data_dir} holds Multi30K's {have} text, but the run trained on {form} text; "
+                            "prepare the data as the run's was (`data prepare multi30k` without --form).")
+        # The run trained on the lc.norm.tok form: the released text is brought into it exactly (lc_norm_tok is
+        # the dataset's own scripts, line for line), so a raw test set scores as its tok file would.
+        src, tgt = [lc_norm_tok(x, "en") for x in src], [lc_norm_tok(x, lang) for x in tgt]
+    data = ParallelData(tokenizer.encode(src), tokenizer.encode(tgt), max_len, truncate=True)
+    return Split(src, tgt, data), lang
 
 
 class LoadedRun(NamedTuple):
@@ -142,12 +153,15 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     constraint or `constrained` asks for it)."""
     run = load_run(Path(run_dir), device, checkpoint)
     train_cfg = run.train
+    # the form of the text the run trained on (a prepared directory's manifest says; generated text is raw)
+    form = text_form(Path(run.data.name)) if run.data.task != "parse" and Path(run.data.name).is_dir() else "raw"
     data, lang = read_split(Path(data_dir), split, run.data.task, run.tokenizer, run.model.cfg.max_len,
-                            run.data.parse_tags)
+                            run.data.parse_tags, form)
     metrics, _ = evaluate(run.model, run.tokenizer, data, run.device, prefix=split, beam_size=train_cfg.beam_size,
                           alpha=train_cfg.alpha, max_extra=train_cfg.max_extra, max_tokens=train_cfg.max_tokens,
                           bleu_sentences=None, autocast=autocast_for(run.device, train_cfg.amp, train_cfg.cpu_amp),
-                          constrained=train_cfg.constrained or constrained, lang=lang, moses=str(train_cfg.bleu_moses))
+                          constrained=train_cfg.constrained or constrained, lang=lang, moses=str(train_cfg.bleu_moses),
+                          tokenized=form == TOKENIZED_FORM)
     metrics[f"{split}_sentences"] = len(data.data)
     metrics[f"{split}_checkpoints_averaged"] = len(run.checkpoints)
     if checkpoint is not None:
