@@ -89,9 +89,9 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[str]:
     # Departures, as the runner would tag them now (probe studies have none to list).
     if study.kind == "train":
         want = [ln for ln in departure_lines({"departures": json.dumps(departures(study))}, ",".join(study.rows))
-                if ln.startswith("- `") or ln.startswith("None:")]
+                if ln.startswith("- ") or ln.startswith("None:")]
         have = [ln for ln in (_section(text, "Departures from the paper") or [])
-                if ln.startswith("- `") or ln.startswith("None:")]
+                if ln.startswith("- ") or ln.startswith("None:")]
         if _section(text, "Departures from the paper") is None:
             found.append("departures: the report has no departures section")
         elif want != have:

@@ -41,6 +41,7 @@ CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
 METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
            "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
            "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
+           "test_bleu_tok_lc": ("test_bleu_tok_lc", None),     # Multi30K's literature: lowercased, tokenized
            "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None),
            # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at the
            # largest n, measured and by the layer's construction, and path lengths at the largest path n,

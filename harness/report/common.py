@@ -205,6 +205,9 @@ def departure_lines(tags: dict, rows: str) -> list[str]:
              "the study's `paper` profile (– : a setting of the made-up corpus, which the paper's WMT data does not "
              "have). Why each was chosen: the profile's comments in the study file and docs/calibration.md.", ""]
     for d in items:
+        if "note" in d:           # a departure no setting shows (the profile's departure_notes)
+            lines.append(f"- not a setting: {d['note']}")
+            continue
         whole = len(d["values"]) == 1 and every and set(d["values"][0]["rows"]) >= every    # the same for every row
         parts = [f"{_value(v['ours'])} (paper {_value(v['paper'])})" + ("" if whole else f" in {', '.join(v['rows'])}")
                  for v in d["values"]]

@@ -62,7 +62,7 @@ def departures(study) -> list[dict]:
             out.setdefault(key, {}).setdefault(pair, []).append(trial.row)
     return [{"key": key, "values": [{"ours": json.loads(o), "paper": json.loads(p), "rows": rows}
                                     for (o, p), rows in groups.items()]}
-            for key, groups in out.items()]
+            for key, groups in out.items()] + [{"note": note} for note in study.departure_notes]
 
 
 def departures_tag(study) -> dict[str, str]:
@@ -70,6 +70,7 @@ def departures_tag(study) -> dict[str, str]:
     items = departures(study)
     text = json.dumps(items, separators=(",", ":"))
     if len(text) > MAX_TAG:     # many rows: keep each setting's values, drop the row lists
-        text = json.dumps([{"key": d["key"], "values": [{**v, "rows": [f"{len(v['rows'])} rows"]} for v in d["values"]]}
+        text = json.dumps([d if "note" in d else
+                           {"key": d["key"], "values": [{**v, "rows": [f"{len(v['rows'])} rows"]} for v in d["values"]]}
                            for d in items], separators=(",", ":"))[:MAX_TAG]
     return {"departures": text}

@@ -128,8 +128,11 @@ def load(file: StudyFile, sel: Selection) -> Study:
                 trials.append(layers.resolve(r, seed, sel.sets))
             except (ConfigError, UserError, TypeError) as err:
                 chk.fail(f"rows.{r} (profile {profile}{', with --set' if sel.sets else ''})", str(err))
+    notes = prof.get("departure_notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) and n.strip() for n in notes):
+        chk.fail(f"{where}.departure_notes", "must be a list of sentences (departures no setting shows)")
     return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
-                 trials=trials)
+                 trials=trials, departure_notes=[" ".join(n.split()) for n in notes])
 
 
 # --- the driver's side: dry run, data, summary ---

@@ -31,7 +31,7 @@ TOP_KEYS = {"study", "version", "kind", "table", "description", "seeds", "max_fa
 # scaling: one layer type timed over n and d (Table 1), settings from harness/probes/scaling_spec.ScalingSpec.
 BASE_KEYS = {"preset", "model", "train", "data"}
 PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "data", "resources", "requires",
-                "seeds", "row_seeds", "base", "rows", "only_rows", "skip_rows"}
+                "seeds", "row_seeds", "base", "rows", "only_rows", "skip_rows", "departure_notes"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
 RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
@@ -52,6 +52,9 @@ class Study:
     requires: dict
     trials: list[Trial] = field(default_factory=list)
     kind: str = "train"
+    # departures from the paper (or the published run a profile reproduces) that no setting shows, e.g. a
+    # different BPE tool: the profile's `departure_notes`, printed with the departures in every report
+    departure_notes: list[str] = field(default_factory=list)
 
 
 class Checker:

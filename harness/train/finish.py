@@ -71,7 +71,7 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         metrics.update(length_metrics(model, data.tokenizer, data_cfg, cfg.length_sentences, device,
                                       beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                                       max_tokens=cfg.max_tokens, autocast=autocast, lang=data.tgt_lang,
-                                      moses=str(cfg.bleu_moses), tokenized=data.info.get("form") == TOKENIZED_FORM))
+                                      moses=str(cfg.bleu_moses)))
     if cfg.attention_stats_sentences:
         metrics.update(dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences, device,
                                                 cfg.label_smoothing))
