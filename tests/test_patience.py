@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import harness.train.loop as loop
-from harness.data.corpus import DataConfig, load_dataset
 from harness.errors import UserError
 from harness.eval.evaluate import perplexity
 from harness.train import TrainConfig, average_checkpoints, list_checkpoints, train
@@ -21,17 +20,6 @@ MODEL = TransformerConfig(vocab_size=300, d_model=32, d_ff=64, n_heads=4, n_laye
 RULE = TrainConfig(steps=12, warmup=3, max_tokens=600, batch_tokens=600, checkpoint_every=0, checkpoint_minutes=0,
                    log_every=1, bleu_sentences=8, max_extra=5, beam_size=2, eval_every=2, patience=2,
                    average_last=2)
-
-
-@pytest.fixture(scope="module")
-def data_cfg(tmp_path_factory):
-    return DataConfig(train_pairs=300, dev_pairs=16, test_pairs=16, seed=5,
-                      cache_dir=str(tmp_path_factory.mktemp("data")))
-
-
-@pytest.fixture(scope="module")
-def dataset(data_cfg):
-    return load_dataset(data_cfg, MODEL.vocab_size, MODEL.max_len)
 
 
 @pytest.fixture

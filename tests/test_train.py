@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from harness.data.corpus import DataConfig, load_dataset
 from harness.errors import HarnessWarning, UserError, one_line_warning
 from harness.train import TrainConfig, average_checkpoints, learning_rate, list_checkpoints, train
 from model import Transformer, TransformerConfig
@@ -18,17 +17,6 @@ from model import Transformer, TransformerConfig
 MODEL = TransformerConfig(vocab_size=300, d_model=32, d_ff=64, n_heads=4, n_layers=1, max_len=256)
 TRAIN = TrainConfig(steps=6, warmup=3, max_tokens=600, batch_tokens=1200, checkpoint_every=3,
                     checkpoint_minutes=0, log_every=1, bleu_sentences=8, max_extra=5, beam_size=2)
-
-
-@pytest.fixture(scope="module")
-def data_cfg(tmp_path_factory):
-    return DataConfig(train_pairs=300, dev_pairs=16, test_pairs=16, seed=5,
-                      cache_dir=str(tmp_path_factory.mktemp("data")))
-
-
-@pytest.fixture(scope="module")
-def dataset(data_cfg):
-    return load_dataset(data_cfg, MODEL.vocab_size, MODEL.max_len)
 
 
 def test_paper_schedule_peaks_at_warmup():
