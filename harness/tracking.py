@@ -128,6 +128,12 @@ class StudyTracking:
         self.client.update_run(run_id, status="RUNNING")
         self.client.log_batch(run_id, tags=[RunTag("resumed", "true"), RunTag("resume_count", str(resumes))])
 
+    def log_invocation_wall(self, run_id: str, seconds: float, invocation: int) -> None:
+        """This invocation's wall time so far (metric invocation_wall_seconds, step = the invocation: 0 the
+        first, 1 the first --resume, ...): a study run across sessions sums them (`study_wall_seconds`)."""
+        self.client.log_batch(run_id, metrics=[Metric("invocation_wall_seconds", float(seconds),
+                                                      int(time.time() * 1000), invocation)])
+
     def end_parent(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
         now = int(time.time() * 1000)
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
@@ -324,7 +330,8 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
                        "start_time": parent.info.start_time, "tags": dict(parent.data.tags),
-                       "params": dict(parent.data.params), "metrics": dict(parent.data.metrics)},
+                       "params": dict(parent.data.params), "metrics": dict(parent.data.metrics),
+                       "study_wall_seconds": study_wall_seconds(uri, parent.info.run_id)},
             "runs": runs}
 
 
@@ -387,6 +394,18 @@ def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], t
 VIEW_PREFIX = "mlflow.sharedViewState."
 # A study's key figures, in this order, where its trials logged them (train studies: PPL, both BLEUs and
 # size; Table 4: F1 and the share of trees; Table 1: the fitted exponents).
+def study_wall_seconds(uri: str, parent_id: str) -> float | None:
+    """A study's wall time over all its invocations: the last figure each logged (None: none logged, a study
+    run before invocations were timed)."""
+    history = metric_history(uri, parent_id, "invocation_wall_seconds")
+    if not history:
+        return None
+    last: dict[int, float] = {}
+    for step, value in history:
+        last[step] = max(value, last.get(step, 0.0))
+    return sum(last.values())
+
+
 VIEW_METRICS = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "test_f1",
                 "test_f1_constrained", "test_well_formed", "exp_n_fwd", "exp_d_fwd", "params", "train_seconds")
 VIEW_PARAMS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_heads", "model.p_drop", "probe.layer")

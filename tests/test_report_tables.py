@@ -116,7 +116,7 @@ def log_table2(client):
                 "test_bleu": bleu, "test_bleu_tok": tok, "dev_bleu": bleu - 1, "dev_bleu_tok": tok - 1,
                 "dev_ppl": dev_ppl, "test_ppl": test_ppl, "params": 1.2e6, "steps": 800, "train_seconds": secs,
                 "eval_seconds": 30.0, "train_flops": flops, "flops_per_target_token": 1.0e6, "tokens_seen": 6.0e6,
-                "device_matmul_tflops": 0.05, "averaged_checkpoints": 5}.items()]
+                "device_matmul_tflops": 0.05, "averaged_checkpoints": 5, "cpu_seconds": 2 * secs}.items()]
             # Under the patience rule: base's seeds stopped by it, base_enfr hit the budget still improving
             # (big_enfr ran without the rule and says nothing of it).
             rule = {"base": (1.0, 600), "base_enfr": (0.0, 800)}.get(row)
@@ -125,6 +125,10 @@ def log_table2(client):
         trial(client, exp, parent, i, row, seed, "train", status, params, ms,
               {"device": "cpu", "sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"},
               reason=None if status == "FINISHED" else T2_FAILURE)
+    # Two invocations (the study resumed once), each timing itself: 3000 s, then 4200 s
+    client.log_batch(parent, metrics=[Metric("invocation_wall_seconds", v, T0, step)
+                                      for step, v in ((0, 1500.0), (0, 3000.0), (1, 4200.0))],
+                     tags=[RunTag("resume_count", "1")])
     finish(client, parent, len(T2), 1)
     return parent
 
@@ -252,6 +256,8 @@ def test_table2_paper_and_ours(reports):
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     assert base.endswith("| stopped by the rule in every seed, at steps 800/800 (best 600/600) |")
+    assert "- wall time 2.00 h over 2 invocations (the last 321 s)" in text
+    assert f"- CPU time of the trials: {2 * 3360 / 3600:.2f} CPU-hours" in text
     assert line(text, "| **base_enfr** |").endswith("| hit the budget of 800 steps while improving |")
     assert "rule" not in line(text, "| **big_enfr** |") and "budget" not in line(text, "| **big_enfr** |")
     big = line(text, "| **big** |")

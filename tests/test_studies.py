@@ -499,6 +499,16 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     # The trial that had finished before the interrupt was not run again.
     first = finished[0]
     assert client.get_run(first.info.run_id).info.end_time == first.info.end_time
+    # Both invocations timed themselves on the parent (step 0 the first, 1 the resumed): the report sums them.
+    from harness.tracking import metric_history, study_wall_seconds
+    beats = metric_history(uri, parents[0].info.run_id, "invocation_wall_seconds")
+    assert {step for step, _ in beats} == {0, 1}
+    assert study_wall_seconds(uri, parents[0].info.run_id) == pytest.approx(
+        sum(max(v for s, v in beats if s == step) for step in (0, 1)))
+    # Each trial's CPU time: its loop and final evaluation, times its threads (2 here)
+    for r in children:
+        m = client.get_run(r.info.run_id).data.metrics
+        assert m["cpu_seconds"] == pytest.approx(2 * m["trial_wall_seconds"]) and m["trial_wall_seconds"] > 0
 
 
 def test_overhead_account_splits_slot_time():

@@ -164,6 +164,9 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
     parent, runs = results["parent"], results["runs"]
     tags, metrics = parent["tags"], parent.get("metrics", {})
     wall, share = metrics.get("wall_seconds"), metrics.get("overhead_share")
+    total = parent.get("study_wall_seconds")         # over every invocation (a study resumed across sessions)
+    cpu = runs["metrics.cpu_seconds"].sum() if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() \
+        else None
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
@@ -177,6 +180,13 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
              f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
              f"- wall time {num(wall, '{:.0f}')} s, Ray + MLflow overhead share "
              f"{num(None if share is None else 100 * share, '{:.1f}')} %"]
+    if total is not None and (wall is None or total > wall + 1):
+        lines[-1] = (f"- wall time {total / 3600:.2f} h over {int(tags.get('resume_count', '0')) + 1} invocations "
+                     f"(the last {num(wall, '{:.0f}')} s), Ray + MLflow overhead share of the last "
+                     f"{num(None if share is None else 100 * share, '{:.1f}')} %")
+    if cpu is not None:
+        lines.append(f"- CPU time of the trials: {cpu / 3600:.2f} CPU-hours (each trial's wall time, across its "
+                     "interruptions, times its threads)")
     if signatures:
         lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
     lines.append("")

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -227,10 +228,12 @@ def run_study(args) -> int:
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
+    invocation = 0 if parent is None else int(parent.data.tags.get("resume_count", "0")) + 1
     try:
-        results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
-            "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
-            "cwd": str(Path.cwd()), "tags": tags}, args)
+        with _Heartbeat(tracking, parent_id, invocation, t_start):
+            results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
+                "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
+                "cwd": str(Path.cwd()), "tags": tags}, args)
     except UserError:           # Ray could not start or has no GPUs: leave no run behind
         if parent is None:
             tracking.discard_parent(parent_id)
@@ -266,6 +269,36 @@ def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[T
         print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
               f"(MLflow run {parent.info.run_id}); nothing to run.")
     return todo
+
+
+class _Heartbeat:
+    """Logs this invocation's wall time to the parent run once a minute and at the end, so that a study run
+    across sessions, each invocation killed with its session, still sums its wall time (the report's)."""
+
+    def __init__(self, tracking: StudyTracking, parent_id: str, invocation: int, t_start: float,
+                 every: float = 60.0):
+        self.tracking, self.parent_id, self.invocation, self.t_start = tracking, parent_id, invocation, t_start
+        self.every, self.stop = every, threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="study-heartbeat", daemon=True)
+
+    def _log(self) -> None:
+        try:
+            self.tracking.log_invocation_wall(self.parent_id, time.perf_counter() - self.t_start, self.invocation)
+        except Exception:      # noqa: BLE001 - a store that hiccups must not stop the study; the next beat retries
+            pass
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.every):
+            self._log()
+
+    def __enter__(self) -> "_Heartbeat":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._log()
 
 
 def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs_dir: str,

@@ -101,10 +101,11 @@ class Checkpointer:
 
     def restore(self, model, opt, stream=None) -> tuple[int, dict]:
         """Load the newest readable checkpoint into model, optimizer, stream and the RNG. Returns the step
-        (0 without a checkpoint) and the clock saved with it (train_seconds, tokens_seen)."""
+        (0 without a checkpoint) and the clock saved with it (train_seconds, tokens_seen, and wall_seconds: the
+        loop's wall time with its evaluations and checkpoints, over every process that trained the run)."""
         state = latest_readable_checkpoint(self.dir)
         if state is None:
-            return 0, {"train_seconds": 0.0, "tokens_seen": 0}
+            return 0, {"train_seconds": 0.0, "tokens_seen": 0, "wall_seconds": 0.0}
         self.rule_state = state.get("rule")
         if state.get("version") != CHECKPOINT_VERSION or _named(state.get("config")) != _named(self.config):
             raise UserError(f"checkpoint {list_checkpoints(self.dir)[-1]} was written by another config or "
@@ -118,7 +119,8 @@ class Checkpointer:
             set_rng_state(rngs[self.ranks.rank], self.device)
         elif self.ranks.is_main:         # written by another number of ranks: rank 0's stream carries on
             set_rng_state(state["rng"], self.device)
-        return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"]}
+        return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"],
+                               "wall_seconds": state.get("wall_seconds", state["train_seconds"])}
 
     def save(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None) -> None:
         """Write the state after `step`; stream_state is the stream's state_dict (epoch, position), rule the
@@ -130,6 +132,7 @@ class Checkpointer:
             "version": CHECKPOINT_VERSION, "config": self.config, "model": model.state_dict(),
             "optimizer": opt.state_dict(), "step": step, "epoch": stream_state["epoch"],
             "position": stream_state["position"], "train_seconds": clock["train_seconds"],
+            "wall_seconds": clock.get("wall_seconds", clock["train_seconds"]),
             "tokens_seen": clock["tokens_seen"], "rng": rngs[0],
             **({"rank_rng": rngs} if self.ranks.world > 1 else {}), **({"rule": rule} if rule else {})})
         self.prune(self.keep)

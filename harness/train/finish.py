@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from harness.data.corpus import TOKENIZED_FORM, DataConfig
 from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
@@ -98,10 +100,14 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     averaged = metrics.pop("averaged_checkpoints")
     run = dict(run)
     stopped = run.pop("stopped_by_time")
+    trial_wall = run.get("loop_seconds", 0.0) + time.perf_counter() - t_eval
     metrics.update(run)
     metrics.update({
         "compiled_graphs": compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
         "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,
+        # what the trial cost, across interruptions: the loop's wall time and the final evaluation's, and that
+        # times the threads it ran on (CPU seconds; the study's CPU-hours are their sum)
+        "trial_wall_seconds": trial_wall, "cpu_seconds": trial_wall * torch.get_num_threads(),
         "device": str(device), "vocab_size": data.tokenizer.vocab_size, "bleu_tok_lang": data.tgt_lang,
         "bleu_tok_moses": str(cfg.bleu_moses),
         "dev_truncated": data.dev.data.truncated, "train_examples": len(train_data),

@@ -159,6 +159,9 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                      eval_last=rule is not None).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
     stop_now = False       # the rule's decision, rank 0's on every rank
+    # The loop's wall time (steps, evaluations, checkpoints) summed over every process that trained this run:
+    # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
+    wall_before, t_loop = clock.get("wall_seconds", 0.0), time.perf_counter()
     attn_stats = lambda: dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences,  # noqa: E731
                                                   device, cfg.label_smoothing)
     if cfg.attention_stats_sentences and ranks.is_main and step == 0:     # the initialisation's (§3.2.1)
@@ -196,6 +199,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
                                   "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
                 model.train()
+            clock["wall_seconds"] = wall_before + time.perf_counter() - t_loop
             rule_state = rule.state_dict() if rule else None
             ckpt.maybe_save(step, model, opt, stream.state_dict(), clock, rule_state, force=bool(rule) and evaluated)
     ckpt.save_final(step, model, opt, stream.state_dict(), clock, rule.state_dict() if rule else None)
@@ -223,4 +227,5 @@ def curve_bleu(model, data: Dataset, cfg: TrainConfig, device, autocast) -> floa
 def clock_metrics(clock: dict, step: int) -> dict:
     t = clock["train_seconds"]
     return {"train_seconds": t, "tokens_per_s": clock["tokens_seen"] / max(t, 1e-9),
-            "step_time_s": t / max(step, 1), "tokens_seen": clock["tokens_seen"]}
+            "step_time_s": t / max(step, 1), "tokens_seen": clock["tokens_seen"],
+            "loop_seconds": clock.get("wall_seconds", t)}
