@@ -1,4 +1,5 @@
-"""python -m harness data | train | run | report | evaluate | probe | bench: the command line. Bad input ends in one sentence and exit 2."""
+"""python -m harness data | train | run | report | evaluate | probe | bench: the command line. Bad input ends in one
+sentence and exit 2."""
 
 from __future__ import annotations
 
@@ -60,11 +61,10 @@ def _cmd_data_prepare(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from model import ConfigError, get_preset
-
     from harness import overrides
     from harness.data.corpus import DataConfig
     from harness.train import TRAIN_PRESETS, train
+    from model import ConfigError, get_preset
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
@@ -132,7 +132,8 @@ def _torchrun_ranks(device: str):
 def _cmd_evaluate(args) -> int:
     from harness.train.rescore import rescore
     if args.checkpoint is not None and args.checkpoint < 0:
-        raise UserError(f"--checkpoint {args.checkpoint}: give the step of a checkpoint the run kept (checkpoints/step_N.pt).")
+        raise UserError(f"--checkpoint {args.checkpoint}: give the step of a checkpoint the run kept "
+                        "(checkpoints/step_N.pt).")
     metrics = rescore(args.run_dir, args.data, args.split, args.device, args.checkpoint, args.constrained)
     where = f"{Path(args.data).resolve().name}/{args.split}"
     run_id = None
@@ -148,7 +149,8 @@ def _cmd_evaluate(args) -> int:
             ("checkpoints averaged", f"{metrics[f'{s}_checkpoints_averaged']}"),
             ("PPL", f"{metrics[f'{s}_ppl']:.3f}")]
     names = {"bleu": "BLEU (sacreBLEU)", "bleu_tok": "BLEU (tokenized, the paper's)", "bleu_tok_lc": "BLEU tok lc",
-             "f1": "F1 (EVALB)", "f1_constrained": "F1 under the tree constraint", "well_formed": "outputs that are trees (%)"}
+             "f1": "F1 (EVALB)", "f1_constrained": "F1 under the tree constraint", "well_formed": "outputs that are "
+                                                                                                  "trees (%)"}
     rows += [(label, f"{metrics[f'{s}_{key}']:.2f}") for key, label in names.items() if f"{s}_{key}" in metrics]
     width = max(len(k) for k, _ in rows)
     print(f"{args.run_dir} on {where}:")
@@ -272,7 +274,8 @@ def _cmd_probe_heads(args) -> int:
         n = int(metrics[f"heads_{name}_n"])
         print(f"{label:<40} {n:>5} {metrics[f'heads_{name}_best']:>12.1f} {metrics[f'heads_{name}_offset']:>9.1f} "
               f"{metrics[f'heads_{name}_gain']:>+7.1f}")
-    print(f"encoder heads prunable within {payload['tolerance']:g} BLEU: {metrics['heads_prunable_enc']:.2f}; all heads: "
+    print(f"encoder heads prunable within {payload['tolerance']:g} BLEU: {metrics['heads_prunable_enc']:.2f}; all "
+          "heads: "
           f"{metrics['heads_prunable_all']:.2f}")
     print(f"Spearman rho, relation gain against the harm of masking: {metrics['heads_rho_zero']:+.2f} (uniform "
           f"attention instead: {metrics['heads_rho_uniform']:+.2f})")
@@ -315,7 +318,8 @@ def _add_data(sub) -> None:
                        help="the target language: German-like (default) or French-like, the same sources")
     synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
     synth.set_defaults(func=_cmd_data_synth)
-    prep = data.add_parser("prepare", help="build train/dev/test from downloaded WMT14, Multi30K or Penn Treebank files")
+    prep = data.add_parser("prepare", help="build train/dev/test from downloaded WMT14, Multi30K or Penn Treebank "
+                                           "files")
     prep.add_argument("corpus", help="wmt14-en-de | wmt14-en-fr | multi30k | ptb")
     prep.add_argument("--from", dest="from_dir", required=True, type=Path, help="directory of downloaded files")
     prep.add_argument("--pair", default=None, help="multi30k only: en-de (default) or en-fr")
@@ -407,7 +411,8 @@ def _add_probes(sub) -> None:
 
     inf = probes.add_parser("inference", help="inference cost by model shape: prefill and decode tokens/s, time to "
                             "first token, peak memory, the KV cache per token against its formula")
-    inf.add_argument("--study", type=Path, default=Path("studies/inference.yaml"), help="the shapes (an inference study)")
+    inf.add_argument("--study", type=Path, default=Path("studies/inference.yaml"), help="the shapes (an inference "
+                                                                                        "study)")
     inf.add_argument("--profile", default=None, help="the study's profile (default: tiny)")
     inf.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     inf.add_argument("--json", action="store_true")
@@ -430,10 +435,12 @@ def _add_probes(sub) -> None:
     hd = probes.add_parser("heads", help="the paper's Figures 3-5 measured: head scores against the made-up corpus's "
                            "gold relations, each head masked, pruning curves, attention against causality")
     hd.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
-    hd.add_argument("--sentences", type=int, default=500, help="dev sentences to probe (half scored, half for the curves)")
+    hd.add_argument("--sentences", type=int, default=500, help="dev sentences to probe (half scored, half for the "
+                                                               "curves)")
     hd.add_argument("--agreement-sentences", type=int, default=200, help="contrastive sentences for Δ agreement")
     hd.add_argument("--beam", type=int, default=1, help="beam size of the ablations' decodes (1: greedy)")
-    hd.add_argument("--out", type=Path, default=None, help="where heads.json and the figures go (default RUN_DIR/heads)")
+    hd.add_argument("--out", type=Path, default=None, help="where heads.json and the figures go (default "
+                                                           "RUN_DIR/heads)")
     hd.add_argument("--device", default="auto", help="auto | cpu | cuda")
     hd.add_argument("--json", action="store_true")
     hd.set_defaults(func=_cmd_probe_heads)
@@ -446,7 +453,8 @@ def _add_evaluate(sub) -> None:
     ev.add_argument("--data", required=True, type=Path, help="a prepared data directory (`data prepare ...`)")
     ev.add_argument("--split", default="test", help="test (default), dev, or a named test set such as test_2017_flickr")
     ev.add_argument("--checkpoint", default=None, type=int, metavar="STEP",
-                    help="score the run's checkpoint of this step (as kept in checkpoints/) instead of its final weights")
+                    help="score the run's checkpoint of this step (as kept in checkpoints/) instead of its final "
+                         "weights")
     ev.add_argument("--constrained", action="store_true",
                     help="parsing: also decode under the tree constraint (F1 beside the paper's search + repair), "
                          "even where the run did not")
@@ -482,7 +490,8 @@ def _add_bench(sub) -> None:
     be.add_argument("--no-compare", action="store_true",
                     help="with --study: skip the same-shape comparison with torch.nn.Transformer")
     be.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --study: override a setting of the row, as `run --set` does (e.g. --set train.cpu_amp=true)")
+                    help="with --study: override a setting of the row, as `run --set` does (e.g. --set "
+                         "train.cpu_amp=true)")
     be.add_argument("--json", action="store_true")
     be.set_defaults(func=_cmd_bench)
 

@@ -22,7 +22,8 @@ def atomic_writer(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]
     `path` only when the block ends without an exception. The file is readable by everyone (0644)."""
     path = Path(path)
     if not path.parent.is_dir():
-        raise UserError(f"{path}: parent directory {path.parent} does not exist; create it or choose another output path.")
+        raise UserError(f"{path}: parent directory {path.parent} does not exist; create it or choose another output "
+                        "path.")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")) as f:

@@ -12,12 +12,11 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from model import ConfigError, with_settings
-from model.family import field_types
-
 from harness.data.corpus import DataConfig
 from harness.errors import UserError, suggest
 from harness.train import TrainConfig
+from model import ConfigError, with_settings
+from model.family import field_types
 
 SECTIONS: dict[str, type | None] = {"model": None, "train": TrainConfig, "data": DataConfig}   # model: every family's
 

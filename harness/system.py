@@ -46,7 +46,8 @@ def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
     ran. "unknown" where the project is not a git checkout of its own (e.g. installed into site-packages,
     which may itself lie inside some other repository)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
     try:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
             return "unknown", False

@@ -6,7 +6,8 @@ state), so a Ray worker can open, reopen and close its own run. Metrics are sent
 
 Child runs carry the tags study, version, row, profile, seed, config_hash, trial_key, git_sha, git_dirty,
 hardware (the worker's own), version.<package> (torch, ray, mlflow, sacrebleu, sentencepiece, fvcore and the
-project: harness/system.versions), workers and backend; the parent has the same version tags; params are the resolved configs, flattened (model.d_model, train.steps, data.name, ...).
+project: harness/system.versions), workers and backend; the parent has the same version tags; params are the
+resolved configs, flattened (model.d_model, train.steps, data.name, ...).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class StudyTracking:
                 self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
         except Exception as err:  # an unreachable server, a bad path: one sentence, not a stack
             raise UserError(f"cannot reach the MLflow tracking store {uri} ({type(err).__name__}: "
-                            f"{str(err).splitlines()[0][:200]}); start it or point MLFLOW_TRACKING_URI elsewhere.") from None
+                            f"{str(err).splitlines()[0][:200]}); start it or point MLFLOW_TRACKING_URI "
+                            "elsewhere.") from None
 
     def latest_parent(self, profile: str, version: int, variant: str = ""):
         """The latest invocation of this profile and study version with this name (`run --name`; "" for
@@ -301,14 +303,16 @@ class TrialRun:
 
 def _parents(client, experiment_id: str, profile: str | None) -> list:
     where = f"tags.kind = '{PARENT_KIND}'" + (f" and tags.profile = {_quote(profile)}" if profile else "")
-    return client.search_runs([experiment_id], where, order_by=["attributes.start_time DESC"], max_results=PARENT_SEARCH)
+    return client.search_runs([experiment_id], where, order_by=["attributes.start_time DESC"],
+                              max_results=PARENT_SEARCH)
 
 
 def variants(uri: str, study: str, profile: str | None = None) -> list[str]:
     """The names (`run --name`) of a study's named invocations, in the order they first ran."""
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
-    names = [r.data.tags.get(VARIANT_TAG, "") for r in reversed(_parents(client, exp.experiment_id, profile))] if exp else []
+    parents = reversed(_parents(client, exp.experiment_id, profile)) if exp else []
+    names = [r.data.tags.get(VARIANT_TAG, "") for r in parents]
     return [n for n in dict.fromkeys(names) if n]
 
 
@@ -327,7 +331,8 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     if parent is None:
         return None
     mlflow.set_tracking_uri(uri)
-    runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")
+    runs = mlflow.search_runs([exp.experiment_id], filter_string="tags.mlflow.parentRunId = "
+                                                                 f"{_quote(parent.info.run_id)}")
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
                        "start_time": parent.info.start_time, "tags": dict(parent.data.tags),
                        "params": dict(parent.data.params), "metrics": dict(parent.data.metrics),

@@ -18,8 +18,6 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from model import ModelConfig, config_from_dict, to_dict
-
 from harness import system
 from harness.data.corpus import DataConfig
 from harness.errors import HarnessWarning
@@ -27,6 +25,7 @@ from harness.io import atomic_write
 from harness.tracking import RUN_POINTER, TrialRun, flatten
 from harness.train import TrainConfig
 from harness.train.dist import SINGLE, Ranks
+from model import ModelConfig, config_from_dict, to_dict
 
 
 def trial_key(row: str, seed: int) -> str:
@@ -179,7 +178,8 @@ def injected_fault(row: str, rank: int = 0) -> tuple[str, int] | None:
             if where == row and kind in ("nan", "oom", "crash", "slow", "warn") and int(on_rank or 0) == rank:
                 return kind, int(step)
         except ValueError:
-            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP[/RANK] (KIND nan, oom, crash, slow or warn)") from None
+            raise ValueError(f"{FAULT_ENV}={item!r} is not KIND@ROW:STEP[/RANK] "
+                             "(KIND nan, oom, crash, slow or warn)") from None
     return None
 
 
@@ -204,6 +204,7 @@ def fault_hook(fault: tuple[str, int] | None, out: Path, rank: int = 0) -> tuple
         marker = out / (f".crashed_at_{step}" + (f"_rank{rank}" if rank else ""))
         if kind == "crash" and not marker.exists():
             marker.touch()
-            os._exit(17)                 # the worker dies without cleanup, as a killed process does
+            os._exit(17)  # the worker dies without cleanup, as a killed process does
         return loss_sum
+
     return (inject,)

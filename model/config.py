@@ -177,7 +177,8 @@ def replace_known(cfg, changes: dict):
 
 
 def unknown_field_message(name: str) -> str:
-    return f"unknown model setting {name!r}{did_you_mean(name, field_names())}; valid settings: {', '.join(field_names())}."
+    return (f"unknown model setting {name!r}{did_you_mean(name, field_names())}; "
+            f"valid settings: {', '.join(field_names())}.")
 
 
 # --- Presets: frozen data. Never edit a paper preset (tensor2tensor's transformer_base drifted to pre-norm). ---
@@ -191,8 +192,9 @@ paper_big = TransformerConfig(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3)
 cpu_d128 = TransformerConfig(vocab_size=8000, d_model=128, d_ff=512, n_heads=4, n_layers=2, p_drop=0.1, max_len=512)
 # Today's replacements on the base's widths: RoPE, pre-norm RMSNorm, SwiGLU (d_ff scaled by 2/3 to keep the
 # FFN's parameter count, 1365 rounded to a multiple of 64) and grouped-query attention (2 key/value heads).
-modern_base = TransformerConfig(positional="rope", norm_position="pre", norm="rms", ffn="swiglu",
-                                d_ff=1344, n_kv_heads=2)
+modern_base = TransformerConfig(
+    positional="rope", norm_position="pre", norm="rms", ffn="swiglu", d_ff=1344, n_kv_heads=2
+)
 
 PRESETS: dict[str, TransformerConfig] = {
     "paper_base": paper_base,
@@ -208,8 +210,10 @@ RENAMED = {"tiny": "cpu_d128"}
 
 def get_preset(name: str) -> TransformerConfig:
     if name in RENAMED:
-        raise ConfigError(f"the preset {name!r} is now called {RENAMED[name]!r} (so that it is not taken for the "
-                          f"studies' `tiny` profiles, a smaller model); use --preset {RENAMED[name]}.")
+        raise ConfigError(
+            f"the preset {name!r} is now called {RENAMED[name]!r} (so that it is not taken for the "
+            f"studies' `tiny` profiles, a smaller model); use --preset {RENAMED[name]}."
+        )
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name]

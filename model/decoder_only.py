@@ -37,8 +37,18 @@ import torch
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, StaticKVCache
-from .config import DERIVED, FFN, ConfigError, Derived, Norm, NormPosition, Positional, check_choice, \
-    check_positive, replace_known
+from .config import (
+    DERIVED,
+    FFN,
+    ConfigError,
+    Derived,
+    Norm,
+    NormPosition,
+    Positional,
+    check_choice,
+    check_positive,
+    replace_known,
+)
 from .kernels import Kernel, Kernels
 from .layers import Dropout, FeedForward, PositionalEncoding, init_transformer_weights, make_norm
 from .loss import LossImpl, vocab_loss
@@ -272,7 +282,8 @@ class DecoderOnly(nn.Module):
         h_kv, d_k, d_v = self.cfg.n_kv_heads, self.cfg.d_k, self.cfg.d_v
         B, S, _ = memory.shape
         parts = memory.split([h_kv * d_k, h_kv * d_v] * self.cfg.n_layers, -1)
-        return [(parts[2 * i].view(B, S, h_kv, d_k).transpose(1, 2), parts[2 * i + 1].view(B, S, h_kv, d_v).transpose(1, 2))
+        return [(parts[2 * i].view(B, S, h_kv, d_k).transpose(1, 2),
+                 parts[2 * i + 1].view(B, S, h_kv, d_v).transpose(1, 2))
                 for i in range(self.cfg.n_layers)]
 
     def new_cache(self, batch: int, max_len: int, like: torch.Tensor) -> DecoderCache:

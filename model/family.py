@@ -13,7 +13,8 @@ What the trainer and the decoders need of a family's module (the Transformer is 
   trainer compiles `loss_states` where a family has it (the states its loss reads, when they are more than
   the target's: the decoder-only family's source loss), `hidden` otherwise;
 - `encode(src)` -> (memory (B, S, d), mask); `new_cache(batch, max_len, like)`; `decode_step(tokens, memory,
-  mask, cache, offset, positions=None)` -> next-token logits; `reorder_cache(cache, rows)` after a beam step; `decode(tgt_in, memory, mask)` -> hidden states and
+  mask, cache, offset, positions=None)` -> next-token logits; `reorder_cache(cache, rows)` after a beam step;
+  `decode(tgt_in, memory, mask)` -> hidden states and
   `out_proj` for uncached decoding.
 A family whose decoding step can be captured as a CUDA graph sets `capturable = True` and has
 `static_cache(cache)` and `mark_written(cache, step)` (model/cuda_graph.py), its `decode_step` taking the offset

@@ -165,7 +165,8 @@ def _softmax_values(scores: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | 
     if mask is not None and mask.dtype != torch.bool:
         scores = scores + mask.to(scores.dtype)                      # broadcast: a (h, T, S) bias grows to (B, ..)
     elif mask is not None:
-        scores.add_(torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(~mask, float("-inf")))
+        bias = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)
+        scores.add_(bias.masked_fill_(~mask, float("-inf")))
     weights = ShortSoftmax.apply(scores)
     if dropout_p:
         weights = dropout(weights, dropout_p, training=True)

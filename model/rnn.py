@@ -61,7 +61,8 @@ class RNNConfig:
             raise ConfigError(f"p_drop must be a probability in [0, 1), got {self.p_drop!r}.")
         check_choice("family", self.family, RnnFamily)
         if self.attention not in ATTENTION_KINDS:
-            raise ConfigError(f"attention must be one of {', '.join(ATTENTION_KINDS)} (the recurrent family's attention), "
+            raise ConfigError(f"attention must be one of {', '.join(ATTENTION_KINDS)} (the recurrent family's "
+                              "attention), "
                               f"got {self.attention!r}.")
 
     def replace(self, **changes) -> "RNNConfig":
@@ -82,7 +83,8 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor,
                 keep: torch.Tensor | None) -> torch.Tensor:
-        """queries (B, T, d), keys and memory (B, S, d), keep (B, S) True at real source tokens -> contexts (B, T, d)."""
+        """queries (B, T, d), keys and memory (B, S, d), keep (B, S) True at real source tokens -> contexts
+        (B, T, d)."""
         scores = self.v(torch.tanh(self.w_q(queries)[:, :, None] + keys[:, None])).squeeze(-1)   # (B, T, S)
         if keep is not None:
             scores = scores.masked_fill(~keep[:, None], float("-inf"))

@@ -49,6 +49,7 @@ def real_text_run(tmp_path):
     of the made-up corpus must refuse before it reads any weights."""
     import dataclasses
     import json
+
     from harness.data.corpus import DataConfig
     from harness.train.config import TrainConfig
     from model import TransformerConfig

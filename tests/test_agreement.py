@@ -156,7 +156,8 @@ def test_probe_refuses_a_run_on_real_text_in_one_sentence(tmp_path, capsys):
 
 def test_a_claim_with_also_holds_only_when_both_comparisons_do():
     c = claims.Claim(id="x", study="table2", source="s", text="t", metric="test_bleu_tok", better="higher", a="base",
-                     b={"best": ["gnmt", "convs2s"]}, expect="better", also={"metric": "train_flops", "better": "lower"})
+                     b={"best": ["gnmt", "convs2s"]}, expect="better",
+                     also={"metric": "train_flops", "better": "lower"})
     bleu = {"base": {0: 30, 1: 31, 2: 32}, "gnmt": {0: 20, 1: 21, 2: 22}, "convs2s": {0: 25, 1: 27, 2: 26}}
     cheaper = {"base": {0: 1.0, 1: 1.0, 2: 1.0}, "convs2s": {0: 2.0, 1: 2.1, 2: 2.0}, "gnmt": {0: 0.5, 1: 0.5, 2: 0.5}}
     got = claims.verdict(c, bleu, cheaper)

@@ -4,10 +4,9 @@ position; pruning keeps the newest; averaging is the element-wise mean; another 
 import pytest
 import torch
 
-from harness.train.dist import Ranks
-
 from harness.errors import UserError
 from harness.train import Checkpointer, list_checkpoints
+from harness.train.dist import Ranks
 
 
 def _model_and_opt(seed=0):

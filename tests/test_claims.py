@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.paper import load_tables
 from harness.report import claims
 from harness.report.claims import Claim, interval, verdict
-from harness.paper import load_tables
 
 
 def _claim(**kw) -> Claim:
@@ -123,7 +123,8 @@ def test_check_claims_reads_finished_runs_only():
                          "metrics.dev_ppl": [2.0, 2.1, 3.0, 3.3, 1.0]})
     got = {c["id"]: c for c in claims.check_claims("table3", runs)}
     d = got["more_dropout_helps"]
-    assert d["n"] == 2 and d["diff"] == pytest.approx(((math.log(3.0) - math.log(2.0)) + (math.log(3.3) - math.log(2.1))) / 2)
+    assert d["n"] == 2
+    assert d["diff"] == pytest.approx(((math.log(3.0) - math.log(2.0)) + (math.log(3.3) - math.log(2.1))) / 2)
     assert got["single_head_worse"]["verdict"] == "not run"
 
 
@@ -150,8 +151,9 @@ def test_value_claims_measured_against_the_formula():
 
 
 def test_table1_claims_name_its_rows_and_metrics():
-    import yaml
     from pathlib import Path
+
+    import yaml
     rows = set(yaml.safe_load((Path(__file__).parents[1] / "studies" / "table1.yaml").read_text())["rows"])
     table1 = [c for c in claims.load_claims() if c.study == "table1"]
     assert len(table1) >= 10 and all(c.expect == "value" and c.a in rows for c in table1)
@@ -173,6 +175,7 @@ def test_table1_claims_name_its_rows_and_metrics():
 ])
 def test_bad_value_claims_are_refused(tmp_path, monkeypatch, bad, message):
     import dataclasses
+
     import yaml
     item = {k: v for k, v in dataclasses.asdict(_value(**bad)).items() if v not in (None, "", {})}
     item.setdefault("margin", 0.25)
@@ -202,8 +205,9 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
     """The why column is filled for every verdict: a claim that holds gives its interval, a row of it still
     improving, and the departures under which its rows compare otherwise than in the paper (the D rows'
     smaller training set against the base's; not widths scaled alike for every row)."""
-    from harness.report.common import _claim_why, claim_departures, row_departures
     import json as _json
+
+    from harness.report.common import _claim_why, claim_departures, row_departures
     tags = {"departures": _json.dumps([
         {"key": "model.d_model", "values": [{"ours": 64, "paper": 512, "rows": ["base", "D1", "Dbase"]},
                                             {"ours": 128, "paper": 1024, "rows": ["big"]}]},
@@ -215,10 +219,12 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
     assert claim_departures(["Dbase", "D1"], deps) == [
         "`data.train_pairs`: Dbase 2000 (paper –), D1 2000 (paper –), base 20000 (paper –)"]
     # big given the base's steps where the paper gives it 3x: that changes how big compares; widths / 8 do not
-    assert claim_departures(["big", "base"], deps) == ["`train.steps`: big 1600 (paper 300000), base 1600 (paper 100000)"]
+    assert claim_departures(["big", "base"], deps) == ["`train.steps`: big 1600 (paper 300000), base 1600 (paper "
+                                                       "100000)"]
     c = {"verdict": "holds", "expect": "better", "n": 3, "diff": 0.3, "low": 0.2, "high": 0.4, "a_row": "Dbase",
          "b_row": "D1", "margin": 0.0, "claim": _claim(a="Dbase", b="D1")}
-    diag = {"Dbase": {"ppl": 1.7, "drop": 0.2, "span": (1200, 1600), "rose": 0, "seeds": 3}, "D1": {"ppl": 2.4, "drop": 0.0}}
+    diag = {"Dbase": {"ppl": 1.7, "drop": 0.2, "span": (1200, 1600), "rose": 0, "seeds": 3},
+            "D1": {"ppl": 2.4, "drop": 0.0}}
     why = _claim_why(c, diag, deps)
     assert why.startswith("the interval [+0.200, +0.400] of the paired difference +0.300 lies above 0")
     assert "it rests on Dbase, which was still improving: dev PPL -20 % from step 1200 to 1600" in why

@@ -8,7 +8,6 @@ from harness.paper import load_tables
 from model import ConfigError, TransformerConfig
 from model.config import paper_base
 
-
 TABLE3 = load_tables()["table3"]["rows"]
 
 

@@ -3,9 +3,17 @@
 import numpy as np
 import pytest
 
-from harness.data.batching import (LENGTH_BUCKETS, ParallelData, Prefetcher, bucket_batches, bucket_length, epoch_order,
-                                    packed_batches,
-                                    padding_fraction, token_batches)
+from harness.data.batching import (
+    LENGTH_BUCKETS,
+    ParallelData,
+    Prefetcher,
+    bucket_batches,
+    bucket_length,
+    epoch_order,
+    packed_batches,
+    padding_fraction,
+    token_batches,
+)
 from harness.data.bpe import BOS, EOS, PAD, Tokenizer, train_bpe
 from harness.data.synth import generate
 from harness.errors import UserError

@@ -126,7 +126,8 @@ def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(one_and_two, tm
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs"), "--rows", "base"]
     # Slow the steps down enough to land the kill between the checkpoint and the end.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "HARNESS_INJECT_FAULT": "slow@base:1"}, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "HARNESS_INJECT_FAULT": "slow@base:1"},
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     ckpt = lambda: list((tmp_path / "runs").glob("*/base-s0/checkpoints/step_00000010.pt"))  # noqa: E731
     _wait_for(lambda: bool(ckpt()), proc, what="the checkpoint of step 10")

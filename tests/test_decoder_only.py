@@ -122,10 +122,12 @@ def test_impossible_settings_are_refused():
 
 
 def test_bad_settings_are_one_sentence(capsys, tmp_path):
-    code = main(["train", "--set", "model.family=decoder_only", "--set", "lm=bidirectional", "--out", str(tmp_path / "r")])
+    code = main(["train", "--set", "model.family=decoder_only", "--set", "lm=bidirectional",
+                 "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and "lm must be one of prefix, causal" in err and len(err.strip().splitlines()) == 1
-    code = main(["train", "--set", "model.family=decoder_only", "--set", "n_enc_layers=2", "--out", str(tmp_path / "s")])
+    code = main(["train", "--set", "model.family=decoder_only", "--set", "n_enc_layers=2",
+                 "--out", str(tmp_path / "s")])
     err = capsys.readouterr().err
     assert code == 2 and "n_enc_layers" in err and len(err.strip().splitlines()) == 1
 
@@ -165,7 +167,8 @@ def test_the_architecture_manifest_names_the_shape_and_counts_the_kv_cache():
     redesign = manifest(to_dict(DecoderOnlyConfig(n_kv_heads=2, positional="rope", norm="rms", norm_position="pre",
                                                   ffn="swiglu", d_ff=1984)))
     assert redesign["architecture"] == "decoder-only (PrefixLM)" and redesign["attention"] == "gqa"
-    assert redesign["kv_bytes_per_target_token_bf16"] == redesign["kv_bytes_per_source_token_bf16"] == 2 * 12 * 2 * 64 * 2
+    per_token = 2 * 12 * 2 * 64 * 2
+    assert redesign["kv_bytes_per_target_token_bf16"] == redesign["kv_bytes_per_source_token_bf16"] == per_token
     assert (redesign["norm"], redesign["positions"]) == ("RMSNorm, pre-norm", "rope")
     # MLflow keeps params as text: the same manifest from strings
     assert manifest({k: str(v) for k, v in to_dict(paper_base).items()}) == enc_dec
@@ -176,4 +179,4 @@ def test_the_architecture_manifest_names_the_shape_and_counts_the_kv_cache():
     memory, _ = m.encode(torch.randint(4, 50, (1, 5)))
     cache = m.new_cache(1, 3, memory)
     per_token = manifest(to_dict(m.cfg))["kv_bytes_per_target_token_bf16"]
-    assert cache.nbytes() == (5 + 3) * per_token * 2                                   # float32: twice bf16
+    assert cache.nbytes() == (5 + 3) * per_token * 2  # float32: twice bf16

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.data.trees import delinearize, linearize, parse_tree, read_trees
 from harness.errors import UserError
 from harness.eval.evalb import format_summary, main, score_file, score_trees
-from harness.data.trees import delinearize, linearize, parse_tree, read_trees
 
 DOG = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))"
 

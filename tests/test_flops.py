@@ -146,7 +146,8 @@ def test_the_convolutional_rivals_parameters_match_the_formula(changes):
     from harness.probes.flops import conv_parameters
     from model import build_model, count_parameters
     from model.conv import ConvConfig
-    cfg = ConvConfig(vocab_size=50, d_model=16, d_hidden=32, n_enc_layers=3, n_dec_layers=2, max_len=64).replace(**changes)
+    cfg = ConvConfig(vocab_size=50, d_model=16, d_hidden=32, n_enc_layers=3, n_dec_layers=2,
+                     max_len=64).replace(**changes)
     assert count_parameters(build_model(cfg)) == conv_parameters(cfg)
 
 
@@ -157,13 +158,17 @@ def test_the_table2_rivals_are_within_ten_percent_of_the_base_they_stand_against
     from harness.probes.flops import conv_parameters, rnn_parameters
     from harness.study.estimate import parameter_count
     from harness.study.kinds import load_study
+
     for profile in ("tiny", "multi30k", "paper"):
-        trials = {t.row: t for t in load_study(Path(__file__).parents[1] / "studies" / "table2.yaml", profile).trials
-                  if t.seed == 0}
+        trials = {
+            t.row: t
+            for t in load_study(Path(__file__).parents[1] / "studies" / "table2.yaml", profile).trials
+            if t.seed == 0
+        }
         base = parameter_count(trials["base"])
         for row, formula in (("gnmt", rnn_parameters), ("convs2s", conv_parameters)):
             if row in trials:
                 n = formula(trials[row].model)
                 assert n == parameter_count(trials[row])
-                if profile != "paper":          # the paper's rivals are their own papers' sizes
+                if profile != "paper":  # the paper's rivals are their own papers' sizes
                     assert abs(n / base - 1) <= 0.10, (profile, row, n, base)

@@ -37,7 +37,8 @@ STALE = {
     "reports/corpus2/table3.md": "no registration column",
     "reports/multi30k/table2.md": "3 of 9 claims, no gnmt or convs2s rows; no registration column",
     "reports/multi30k/rivals/table2.md": "no registration column",
-    "reports/multi30k/table3.md": "no registration column; rows trained to a fixed budget (the profile now has the rule)",
+    "reports/multi30k/table3.md": "no registration column; rows trained to a fixed budget (the profile now has the "
+                                  "rule)",
     "reports/multi30k/decoder_only.md": "no registration column",
     "reports/wsj-sample/table4.md": "no registration column; trained to a fixed budget (the profile now has the rule)",
 }
@@ -146,8 +147,13 @@ def test_a_claim_added_without_regenerating_the_reports_is_caught(tmp_path):
     report = fresh[0] if fresh else committed_reports()[0]
     study = load_study(ROOT / _invocation(report.read_text())[0], _invocation(report.read_text())[1]).name
     raw = yaml.safe_load(CLAIMS.read_text())
-    extra = dict(next(c for c in raw["claims"] if c["study"] == study) if any(c["study"] == study for c in raw["claims"])
-                 else raw["claims"][0], id="a_new_claim", study=study)
+    extra = dict(
+        next(c for c in raw["claims"] if c["study"] == study)
+        if any(c["study"] == study for c in raw["claims"])
+        else raw["claims"][0],
+        id="a_new_claim",
+        study=study,
+    )
     raw["claims"].append(extra)
     edited = tmp_path / "claims.yaml"
     edited.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -13,8 +13,16 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.eval.heads import (Head, HeadMask, UniformHeads, attention_layers, head_scores, prunable, spearman,
-                                word_index)
+from harness.eval.heads import (
+    Head,
+    HeadMask,
+    UniformHeads,
+    attention_layers,
+    head_scores,
+    prunable,
+    spearman,
+    word_index,
+)
 from harness.eval.relations import relations
 from model import build_model
 from tests.small_models import small
@@ -176,7 +184,8 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     from harness.report import heads as report
     monkeypatch.setattr(report.tracking, "artifact_json", lambda uri, run_id, name: payload)
     runs = pd.DataFrame({"run_id": ["r0"], "status": ["FINISHED"], "tags.seed": ["0"], "tags.row": ["base"],
-                         "metrics.heads_sentences": [16.0], "metrics.heads_prunable_enc": [metrics["heads_prunable_enc"]],
+                         "metrics.heads_sentences": [16.0],
+                         "metrics.heads_prunable_enc": [metrics["heads_prunable_enc"]],
                          "metrics.heads_prunable_all": [metrics["heads_prunable_all"]]})
     (tmp_path / "report").mkdir()
     lines, plots = report.heads_section(runs, "sqlite:///unused", tmp_path / "report", "heads")

@@ -96,15 +96,27 @@ def test_the_report_tables_every_point_and_draws_its_plots(tmp_path):
                     "n_layers": "6" if family == "decoder_only" else "3", "n_enc_layers": "3", "n_dec_layers": "3",
                     "max_len": "1024", "positional": "sinusoid", "norm": "layer", "norm_position": "post",
                     "ffn": "relu", "d_ff": "512", "lm": "prefix"}
-        ms = [("params", 1.5e6), ("kv_bytes_per_token_formula", per_token), ("kv_bytes_per_source_token_formula", per_token)]
+        ms = [
+            ("params", 1.5e6),
+            ("kv_bytes_per_token_formula", per_token),
+            ("kv_bytes_per_source_token_formula", per_token),
+        ]
         for b in (1, 8):
             for s in (16, 64):
-                ms += [(f"decode_tok_s_b{b}_s{s}", 1000.0 * b / s), (f"prefill_tok_s_b{b}_s{s}", 5e4),
-                       (f"ttft_ms_b{b}_s{s}", s / 10), (f"peak_mem_bytes_b{b}_s{s}", 3 * 2**20),
-                       (f"kv_bytes_per_token_b{b}_s{s}", per_token), (f"kv_bytes_per_source_token_b{b}_s{s}", per_token)]
-        client.log_batch(run, params=[Param("probe.new_tokens", "32"), *(Param(f"model.{k}", v) for k, v in settings.items())],
-                         metrics=[Metric(k, float(v), 0, 0) for k, v in ms],
-                         tags=[RunTag("device", "cpu"), RunTag("dtype", "float32")])
+                ms += [
+                    (f"decode_tok_s_b{b}_s{s}", 1000.0 * b / s),
+                    (f"prefill_tok_s_b{b}_s{s}", 5e4),
+                    (f"ttft_ms_b{b}_s{s}", s / 10),
+                    (f"peak_mem_bytes_b{b}_s{s}", 3 * 2**20),
+                    (f"kv_bytes_per_token_b{b}_s{s}", per_token),
+                    (f"kv_bytes_per_source_token_b{b}_s{s}", per_token),
+                ]
+        client.log_batch(
+            run,
+            params=[Param("probe.new_tokens", "32"), *(Param(f"model.{k}", v) for k, v in settings.items())],
+            metrics=[Metric(k, float(v), 0, 0) for k, v in ms],
+            tags=[RunTag("device", "cpu"), RunTag("dtype", "float32")],
+        )
         client.set_terminated(run, "FINISHED")
     client.set_terminated(parent, "FINISHED")
     paths = write_report("inference", tmp_path / "reports", uri)

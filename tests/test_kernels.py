@@ -3,10 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from small_models import small
 
 from model import Transformer, reference_attention
 from model.kernels import CPU_EXPLICIT_MAX_KEYS, Kernels, ShortSoftmax, attend
-from small_models import small
 
 
 @pytest.mark.parametrize("path", ["sdpa", "explicit"])
@@ -33,7 +33,8 @@ def test_short_softmax_equals_torch_softmax_forward_and_backward_with_masked_key
     y.backward(g)
     y_ref.backward(g)
     assert torch.allclose(x.grad, ref.grad, atol=1e-12)
-    assert torch.autograd.gradcheck(ShortSoftmax.apply, (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(ShortSoftmax.apply,
+                                    (torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True),))
     half = torch.randn(4, 9, dtype=torch.bfloat16)         # low precision: computed in fp32, returned as given
     out = ShortSoftmax.apply(half)
     assert out.dtype == torch.bfloat16 and torch.allclose(out.float(), half.float().softmax(-1), atol=4e-3)
@@ -90,7 +91,8 @@ def test_the_varlen_adapter_speaks_each_version_of_the_kernel(monkeypatch, api):
     from model.kernels import Packed, _varlen, attend_packed
 
     def fake_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):        # (N, h, d) layouts, as the kernel
-        causal = kwargs.pop("is_causal", False) if api.startswith("torch 2.10") else kwargs.pop("window_size") == (-1, 0)
+        causal = (kwargs.pop("is_causal", False) if api.startswith("torch 2.10")
+                  else kwargs.pop("window_size") == (-1, 0))
         assert kwargs.pop("enable_gqa", False) == (k.size(1) != q.size(1)) and not kwargs
         outs = []
         for i in range(len(cu_q) - 1):

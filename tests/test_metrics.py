@@ -7,8 +7,16 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from harness.errors import UserError
-from harness.eval.bleu import (copy_baseline_bleu, moses_tokenize, multi_bleu, paper_tokenize,
-                             replace_unicode_punctuation, sacre_bleu, split_compounds, tokenized_bleu)
+from harness.eval.bleu import (
+    copy_baseline_bleu,
+    moses_tokenize,
+    multi_bleu,
+    paper_tokenize,
+    replace_unicode_punctuation,
+    sacre_bleu,
+    split_compounds,
+    tokenized_bleu,
+)
 
 # ------------------------------------------------------------------------------------------------ sacreBLEU
 
@@ -53,7 +61,8 @@ def test_copy_baseline():
     # numbers: thousands comma and decimal dot stay inside; a comma after a number at the end splits
     ("Es kostet 1,000.50 Euro bzw. 3,5% mehr, d.h. 5,", "Es kostet 1,000.50 Euro bzw. 3,5 % mehr , d.h. 5 ,"),
     # German ordinals and abbreviations keep their period (nonbreaking prefixes), other words do not
-    ("Am 3. Oktober kam Dr. Meier, z.B. hier. Dann ging er.", "Am 3. Oktober kam Dr. Meier , z.B. hier . Dann ging er ."),
+    ("Am 3. Oktober kam Dr. Meier, z.B. hier. Dann ging er.", "Am 3. Oktober kam Dr. Meier , z.B. hier . Dann ging "
+                                                              "er ."),
     # before a lowercase word a period is kept (looks like an abbreviation); the last word always splits
     ("Abb. zeigt usw.", "Abb. zeigt usw ."),
     # -l de splits every apostrophe (no English clitics), escaped as &apos;

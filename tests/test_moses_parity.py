@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.eval.bleu import (moses_tokenize, multi_bleu, paper_tokenize, replace_unicode_punctuation,
-                               split_compounds, tokenized_bleu)
+from harness.eval.bleu import (
+    moses_tokenize,
+    multi_bleu,
+    paper_tokenize,
+    replace_unicode_punctuation,
+    split_compounds,
+    tokenized_bleu,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "moses"
 LANGS = ("de", "fr", "en")

@@ -3,11 +3,11 @@
 import pytest
 
 from harness.data.corpus import DataConfig, load_dataset
+from harness.data.parse import SUBTREE_MARK, clean_tree, constituents, prepare_parse_corpus, sentence_words
+from harness.data.trees import linearize, parse_tree
 from harness.errors import UserError
 from harness.eval.evalb import score_trees
-from harness.data.parse import SUBTREE_MARK, clean_tree, constituents, prepare_parse_corpus, sentence_words
 from harness.eval.parse import TreeConstraint, parse_scores, well_formed
-from harness.data.trees import linearize, parse_tree
 
 PTB = ("( (S (NP-SBJ-1 (DT The) (NN dog)) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1)) "
        "(PP-LOC (IN in) (NP (DT the) (NN park))))) (. .)) )")
@@ -114,6 +114,7 @@ def test_tree_constraint_makes_every_beam_output_a_tree():
     """Untrained model, random sources: under the constraint every output is a tree over exactly the
     sentence's words, and no source-word piece is ever emitted; without it, they are not."""
     import torch
+
     from model import Transformer, TransformerConfig, beam_search
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP", "\u2581(VP",
@@ -160,7 +161,8 @@ def test_tagged_targets_carry_each_words_tag_as_one_piece_and_count_as_words(tmp
     the tree constraint and the model's word positions take for a word."""
     flat = tmp_path / "flat"
     for split in ("train", "dev", "test"):
-        _write(flat / f"{split}.tree", "(S (NP (PRP it)) (VP (VBZ works) (, ,)) (. .))\n(S (NP (NN dog)) (VP (VBZ runs)))\n")
+        _write(flat / f"{split}.tree", "(S (NP (PRP it)) (VP (VBZ works) (, ,)) (. .))\n(S (NP (NN dog)) (VP (VBZ "
+                                       "runs)))\n")
     plain = DataConfig(name=str(flat), task="parse", cache_dir=str(tmp_path / "cache"))
     tagged = DataConfig(**{**plain.__dict__, "parse_tags": True})
     assert prepare_parse_corpus(plain) != prepare_parse_corpus(tagged)

@@ -77,7 +77,8 @@ def test_a_run_stops_after_patience_evaluations_and_is_scored_at_its_best(tmp_pa
 def test_a_run_still_improving_hits_the_budget_and_says_so(tmp_path, data_cfg, dataset, scripted_dev):
     curve, seen = scripted_dev
     curve.extend([9.0, 8.0, 7.0, 6.0, 5.0, 4.0])     # better at every evaluation, the last step's included
-    metrics = train(MODEL, dataclasses.replace(RULE, average_last=0), data_cfg, tmp_path / "run", quiet=True, dataset=dataset)
+    metrics = train(MODEL, dataclasses.replace(RULE, average_last=0), data_cfg, tmp_path / "run", quiet=True,
+                    dataset=dataset)
     assert len(seen) == 6 and metrics["steps"] == 12
     assert metrics["hit_budget"] and not metrics["stopped_by_rule"] and metrics["best_step"] == 12
     assert metrics["averaged_checkpoints"] == 0 and metrics["scored_to_step"] == 12      # the last weights

@@ -39,7 +39,8 @@ def test_a_non_terminal_gets_plain_lines_with_counts_rows_and_the_time_left(caps
     view = StudyProgress(TRIALS, FLOPS, 2, poll=lambda: seen, tty=False)
     line = view.draw(seen)
     assert "1 finished, 1 running, 1 pending, 1 failed" in line
-    assert "big-s0 150/300 loss 2.500 12.3 k tok/s" in line and "about 63 s left" in line      # A1 failed: only A2 waits
+    # A1 failed: only A2 waits
+    assert "big-s0 150/300 loss 2.500 12.3 k tok/s" in line and "about 63 s left" in line
     assert capsys.readouterr().out.strip() == line
 
 

@@ -324,7 +324,8 @@ def test_prepare_en_fr_end_to_end(tmp_path):
         assert manifest["outputs"][name] == {"lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()}
     assert sorted(os.listdir(out)) == sorted(EN_FR_OUTPUTS + ["manifest.json"])   # no temp files
     # A run reads the directory as it does EN-DE's (train.en / train.fr) and trains its shared BPE model on
-    # it: the paper's 32000 pieces on the real corpus; on this fixture's few words, a vocabulary of at most 64 (sentencepiece takes fewer where the text holds fewer).
+    # it: the paper's 32000 pieces on the real corpus; on this fixture's few words, a vocabulary of at most 64
+    # (sentencepiece takes fewer where the text holds fewer).
     data = load_dataset(DataConfig(name=str(out), cache_dir=str(tmp_path / "cache")), vocab_size=64)
     assert data.train.tgt_text[-1] == "Changer des vies" and len(data.test.src_text) == 3
     assert data.tgt_lang == "fr"   # the paper's tokenized BLEU then uses Moses' French rules

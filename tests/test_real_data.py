@@ -19,7 +19,8 @@ from harness.eval.bleu import lc_norm_tok, multi_bleu, tokenized_bleu, tokenized
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 MULTI30K, PTB = SHARED / "multi30k", SHARED / "ptb-wsj-sample"
 needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(),
-                                    reason=f"Multi30K's raw files are not in {MULTI30K} (see the README's Data section)")
+                                    reason=f"Multi30K's raw files are not in {MULTI30K} (see the README's Data "
+                                           "section)")
 needs_ptb = pytest.mark.skipif(not (PTB / "combined" / "wsj_0001.mrg").is_file(),
                                reason=f"the Penn Treebank sample is not in {PTB} (see the README's Data section)")
 
@@ -36,7 +37,8 @@ def write(path: Path, data, gz: bool = False) -> Path:
 
 def fake_multi30k(root: Path, gz: bool = True, extra: bool = True) -> Path:
     """Multi30K's raw layout with a few made-up lines a split, gzipped as the repository has them."""
-    lines = {"train": (["A dog runs.", "Two men sit on a bench."], ["Ein Hund rennt.", "Zwei Männer sitzen auf einer Bank."],
+    lines = {"train": (["A dog runs.", "Two men sit on a bench."], ["Ein Hund rennt.", "Zwei Männer sitzen auf einer "
+                                                                                       "Bank."],
                        ["Un chien court.", "Deux hommes assis sur un banc."]),
              "val": (["A cat sleeps."], ["Eine Katze schläft."], ["Un chat dort."]),
              "test_2016_flickr": (["A girl jumps.", "A red car."], ["Ein Mädchen springt.", "Ein rotes Auto."],
@@ -101,7 +103,8 @@ def _break_multi30k(root: Path, case: str) -> str:
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["missing", "counts", "encoding", "empty_file", "empty_line", "bad_gzip", "both", "pair"])
+@pytest.mark.parametrize("case", ["missing", "counts", "encoding", "empty_file", "empty_line", "bad_gzip", "both",
+                                  "pair"])
 def test_multi30k_bad_input_is_one_sentence_exit_2_and_nothing_written(capsys, tmp_path, case):
     root = fake_multi30k(tmp_path / "raw")
     needle = _break_multi30k(root, case)
@@ -140,8 +143,8 @@ def test_multi30k_real_files(tmp_path, pair):
 
 
 def test_wmt_giga_fren_is_read_gzipped_as_its_tar_holds_it(tmp_path):
-    from tests.test_readers import fake_wmt_fr
     from harness.data.wmt import prepare_wmt14_en_fr
+    from tests.test_readers import fake_wmt_fr
     plain = prepare_wmt14_en_fr(fake_wmt_fr(tmp_path / "plain"), tmp_path / "out-plain")
     root = fake_wmt_fr(tmp_path / "gz")
     for lang in ("en", "fr"):
@@ -183,7 +186,8 @@ def test_ptb_split_depends_on_the_file_number_only(tmp_path):
     # A folder of only held-back files (above the sample's 179) is all test, as it is beside the others.
     write(tmp_path / "c" / "wsj_0185.mrg", MRG)
     manifest = prepare_ptb(tmp_path / "c", tmp_path / "out")
-    assert list(manifest["splits"]) == ["test"] and sorted(os.listdir(tmp_path / "out")) == ["manifest.json", "test.tree"]
+    assert list(manifest["splits"]) == ["test"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["manifest.json", "test.tree"]
     assert SAMPLE_SPLITS == {"train": (1, 139), "dev": (140, 159), "test": (160, None)}
 
 
@@ -333,6 +337,7 @@ def test_evaluate_one_checkpoint_scores_those_weights_alone(tmp_path, capsys):
     """--checkpoint STEP: the weights of that kept checkpoint, not the final average (a point of a learning
     curve, scored on dev); a step the run did not keep is one sentence naming the steps it kept."""
     import torch
+
     from harness.train.checkpoint import average_checkpoints
     from harness.train.rescore import final_weights, rescore
     _, run, data = _tiny_run(tmp_path)
@@ -355,7 +360,8 @@ def test_evaluate_constrained_asks_for_the_tree_constraint_even_where_the_run_di
     real = rescore_mod.evaluate
     monkeypatch.setattr(rescore_mod, "evaluate", lambda *a, **kw: seen.append(kw["constrained"]) or real(*a, **kw))
     assert main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--no-log", "--json"]) == 0
-    assert main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--no-log", "--json", "--constrained"]) == 0
+    assert main(["evaluate", str(run), "--data", str(data), "--split", "dev", "--no-log", "--json",
+                 "--constrained"]) == 0
     assert seen == [False, True]
 
 
@@ -377,6 +383,7 @@ def test_evaluate_bad_input_is_one_sentence_exit_2(tmp_path, capsys, case, needl
 
 def test_evaluate_logs_to_the_trials_child_run_without_touching_its_own_metrics(tmp_path):
     from mlflow import MlflowClient
+
     from harness.tracking import RUN_POINTER, log_evaluation
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -386,14 +393,15 @@ def test_evaluate_logs_to_the_trials_child_run_without_touching_its_own_metrics(
     (tmp_path / "trial").mkdir()
     (tmp_path / "trial" / RUN_POINTER).write_text(json.dumps({"tracking_uri": uri, "run_id": run_id,
                                                               "experiment_id": exp}))
-    assert log_evaluation(tmp_path / "trial", "multi30k-en-de/test", {"test_bleu": 28.5, "sacrebleu_signature": "x"}) == run_id
+    scored = {"test_bleu": 28.5, "sacrebleu_signature": "x"}
+    assert log_evaluation(tmp_path / "trial", "multi30k-en-de/test", scored) == run_id
     log_evaluation(tmp_path / "trial", "multi30k-en-de/test_2017_flickr", {"test_2017_flickr_bleu": 25.0})
     data = client.get_run(run_id).data
-    assert data.metrics["test_bleu"] == 30.0                       # the trial's own figure stays
+    assert data.metrics["test_bleu"] == 30.0  # the trial's own figure stays
     assert data.metrics["eval/multi30k-en-de/test_bleu"] == 28.5
     assert data.metrics["eval/multi30k-en-de/test_2017_flickr_bleu"] == 25.0
     assert data.tags["evaluated_splits"] == "multi30k-en-de/test,multi30k-en-de/test_2017_flickr"
-    assert log_evaluation(tmp_path, "x/test", {}) is None          # not a trial's directory
+    assert log_evaluation(tmp_path, "x/test", {}) is None  # not a trial's directory
     # One checkpoint's scores: a curve under eval/<data>/checkpoint/, by step, beside the final weights' scores
     log_evaluation(tmp_path / "trial", "multi30k-en-de/dev", {"dev_bleu": 20.0}, checkpoint=400)
     log_evaluation(tmp_path / "trial", "multi30k-en-de/dev", {"dev_bleu": 24.0}, checkpoint=800)

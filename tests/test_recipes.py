@@ -47,7 +47,8 @@ def test_convs2s_trains_with_its_own_recipe_and_clipping(capsys, tmp_path, monke
                  "--set", "optimizer=nesterov", "--set", "schedule=constant_decay", "--set", "train.lr=0.25",
                  "--set", "warmup=1", "--set", "clip_norm=0.1", "--set", "decay_factor=0.1", "--set", "decay_times=1",
                  "--set", "max_tokens=800", "--set", "batch_tokens=800", "--set", "eval_every=30",
-                 "--set", "log_every=10", "--set", "bleu_sentences=4", "--set", "max_extra=5", "--set", "checkpoint_every=0",
+                 "--set", "log_every=10", "--set", "bleu_sentences=4", "--set", "max_extra=5",
+                 "--set", "checkpoint_every=0",
                  "--set", "data.train_pairs=1000", "--set", "data.dev_pairs=8", "--set", "data.test_pairs=8",
                  "--set", "data.lexicon_scale=0.05", "--set", "data.max_words=12",
                  "--set", f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out), "--quiet", "--json"])

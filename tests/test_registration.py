@@ -54,7 +54,9 @@ def test_a_claim_committed_before_its_runs_is_registered_and_one_after_is_not(re
     assert registration("heads_help", {claimed}, root=repo.root) == f"registered ({claimed[:7]})"   # same commit
     repo.claims(_claim(0.10))                  # the margin moved after the runs
     moved = repo.commit("wider margin")
-    assert registration("heads_help", {ran}, root=repo.root) == f"written after these runs' figures (commit {moved[:7]})"
+    assert (
+        registration("heads_help", {ran}, root=repo.root) == f"written after these runs' figures (commit {moved[:7]})"
+    )
     # Runs at two commits: registered only if the claim is in both.
     assert registration("heads_help", {ran, moved}, root=repo.root).startswith("written after")
 
@@ -81,7 +83,8 @@ def test_a_redefinition_after_a_shown_verdict_is_counted(repo):
     ran = repo.commit("rerun")
     assert registration("heads_help", {ran}, root=repo.root) == (
         f"registered ({second[:7]}); redefined 2 times after its verdict was known (first shown at {shown[:7]}; "
-        f"{first[:7]}, {second[:7]})")
+        f"{first[:7]}, {second[:7]})"
+    )
 
 
 def test_what_cannot_be_decided_says_why(repo, tmp_path_factory):
@@ -89,8 +92,9 @@ def test_what_cannot_be_decided_says_why(repo, tmp_path_factory):
     claimed = repo.commit("claim")
     assert registration("heads_help", {"0" * 40}, root=repo.root).startswith("unknown: the runs' commit is not in")
     assert registration("heads_help", {claimed}, dirty=True, root=repo.root).startswith(
-        "unknown: the runs ran from uncommitted changes")
-    repo.claims(_claim(0.07))                 # edited, not committed
+        "unknown: the runs ran from uncommitted changes"
+    )
+    repo.claims(_claim(0.07))  # edited, not committed
     assert registration("heads_help", {claimed}, root=repo.root).startswith("not yet committed")
     plain = tmp_path_factory.mktemp("plain")
     (plain / "harness" / "paper").mkdir(parents=True)

@@ -44,7 +44,8 @@ def log_study(client: MlflowClient, study: str, trials: list, rows: str, variant
               t0: int = 1_700_000_000_000) -> str:
     db = Path(client.tracking_uri[len("sqlite:///"):])
     found = client.get_experiment_by_name(study)
-    exp = found.experiment_id if found else client.create_experiment(study, artifact_location=(db.parent / "mlruns").as_uri())
+    exp = found.experiment_id if found else client.create_experiment(
+        study, artifact_location=(db.parent / "mlruns").as_uri())
     common = {"study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "True",
               "hardware": "2 CPU cores (test)", "version.torch": "9.9.9", "version.ray": "8.8.8"}
     parent = client.create_run(exp, start_time=t0, tags={

@@ -1,4 +1,5 @@
-"""harness.report.table1, table2 and table4: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow store with
+"""harness.report.table1, table2 and table4: Tables 1, 2 and 4 from fake studies logged into a throwaway sqlite MLflow
+store with
 the runner's schema (one parent run per invocation, one child run per trial), one FAILED trial each."""
 
 import json
@@ -252,7 +253,8 @@ def test_table2_paper_and_ours(reports):
             assert (f"| {r[key]:.1e} " if r[key] is not None else "| – ") in ln + " "
     base = line(text, "| **base** |")
     paper_base = t2["rows"]["Transformer (base model)"]
-    assert "| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | – | 5.10 | 5.60 | – | – | – | 1.2 |" in base
+    assert ("| Transformer (base model) | 3, 64, 256, 8 | 2/2 | 20.50 ± 0.71 | 22.50 ± 0.71 | – | 5.10 | 5.60 | – | – "
+            "| – | 1.2 |") in base
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     assert base.endswith("| stopped by the rule in every seed, at steps 800/800 (best 600/600) |")
@@ -310,7 +312,8 @@ def test_table4_paper_and_ours(reports):
     assert f"FAILED: {T4_FAILURE} (`semi_supervised`)" in line(published, f"| {semi} |")
     assert table["row"].tolist() == ["wsj_only", "semi_supervised"]      # the paper's order
     ours = line(text, "| **wsj_only** |")
-    assert ("| synth | 1000 | 2 | 128 | 21 | 0.3 | 1/1 | 45.20 | 47.80 | 44.10 | 46.30 | 12.00 | 1.25 | 83.0 | – | – | 2.34 "
+    assert ("| synth | 1000 | 2 | 128 | 21 | 0.3 | 1/1 | 45.20 | 47.80 | 44.10 | 46.30 | 12.00 | 1.25 | 83.0 | – | – "
+            "| 2.34 "
             f"| 2.5 | 600 | 15.0 | {t4['rows'][wsj]['f1']:.1f} |") in ours
     failed = line(text, "| **semi_supervised** |")
     assert "| 10000 |" in failed and "0/1 FAILED" in failed and T4_FAILURE in failed
@@ -334,9 +337,10 @@ def test_table1_ends_with_its_claims_computed_from_the_runs(reports):
 
 
 def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_beside(tmp_path):
+    from pathlib import Path
+
     from harness.study.departures import departures_tag
     from harness.study.kinds import load_study
-    from pathlib import Path
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("table2", artifact_location=(tmp_path / "mlruns").as_uri())
@@ -347,7 +351,8 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
         "command": "python -m harness run studies/table2.yaml --profile multi30k",
         "paper_costs": json.dumps(training_costs()), **departures_tag(study)}).info.run_id
     client.log_batch(parent, params=[Param("rows", "base,base_enfr"), Param("seeds", "0")])
-    for i, (row, data, lc) in enumerate((("base", "data/multi30k-en-de", 35.0), ("base_enfr", "data/multi30k-en-fr", 50.0))):
+    for i, (row, data, lc) in enumerate((("base", "data/multi30k-en-de", 35.0),
+                                         ("base_enfr", "data/multi30k-en-fr", 50.0))):
         params = {"model.n_layers": 3, "model.d_model": 128, "model.d_ff": 512, "model.n_heads": 8, "model.p_drop": 0.1,
                   "train.average_last": 5, "train.seed": 0, "data.name": data}
         ms = [(k, v, 2000) for k, v in {"test_bleu": lc - 3, "test_bleu_tok": lc - 2, "test_bleu_tok_lc": lc,
@@ -365,4 +370,5 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
     assert "| **base_enfr** (ours) | EN-FR | test_2016_flickr | 50.00 | 47.00 |" in lit
     assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
     assert "not comparable with the paper's newstest2014" in text and "trained on the made-up corpus" not in text
-    assert "- `model.vocab_size`: 8000 (paper 37000) in base, big, gnmt, convs2s; 8000 (paper 32000) in base_enfr, big_enfr" in text
+    assert ("- `model.vocab_size`: 8000 (paper 37000) in base, big, gnmt, convs2s; 8000 (paper 32000) in base_enfr, "
+            "big_enfr") in text

@@ -7,8 +7,13 @@ import torch
 from small_models import rival_batch, small
 
 from harness.data.batching import ParallelData
-from harness.eval.source_attention import _Recorder, _output, attention_probabilities, source_attention_metrics, \
-    source_shares
+from harness.eval.source_attention import (
+    _output,
+    _Recorder,
+    attention_probabilities,
+    source_attention_metrics,
+    source_shares,
+)
 from model import build_model
 from model.decoder_only import DecoderOnlyConfig
 

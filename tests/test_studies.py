@@ -293,7 +293,8 @@ def test_rows_outside_a_profiles_only_rows_are_refused_in_one_sentence(tmp_path,
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("prof, needle", [("only_rows: [base, bgi]", "'bgi' names no row of the study (did you mean big?)"),
+@pytest.mark.parametrize("prof, needle", [("only_rows: [base, bgi]", "'bgi' names no row of the study (did you mean "
+                                                                     "big?)"),
                                           ("only_rows: []", "must be a non-empty list"),
                                           ("only_rows: base", "must be a non-empty list"),
                                           ("skip_rows: [bgi]", "'bgi' names no row of the study (did you mean big?)"),
@@ -467,7 +468,8 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     from mlflow import MlflowClient
     study = tmp_path / "mini.yaml"
     text = TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")).replace("resources: {cpu: 1}", "resources: {cpu: 2}")
-    text = text.replace("steps: 3,", "steps: 400,").replace("  A1: {n_heads: 1}", "  A1: {n_heads: 1}\n  C1: {d_ff: 32}")
+    text = text.replace("steps: 3,", "steps: 400,").replace("  A1: {n_heads: 1}", "  A1: {n_heads: 1}\n  C1: {d_ff: "
+                                                                                  "32}")
     study.write_text(text)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
@@ -564,7 +566,8 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
     assert widths[(64, 1024)] == ["gnmt"] and widths[(64, 768)] == ["convs2s"]   # a rival's own paper row
     assert {"gnmt", "convs2s"} <= {r for v in rivals["train.lr"]["values"] for r in v["rows"]}
     tiny = {d["key"]: d for d in departures(load_study(ROOT / "studies" / "table3.yaml", "tiny"))}
-    assert tiny["model.share_embeddings"]["values"] == [{"ours": False, "paper": True, "rows": list(tiny["model.share_embeddings"]["values"][0]["rows"])}]
+    shared = tiny["model.share_embeddings"]["values"]
+    assert shared == [{"ours": False, "paper": True, "rows": list(shared[0]["rows"])}]
     assert tiny["data.lexicon_scale"]["values"][0]["paper"] is None     # the made-up corpus's own setting
     tag = departures_tag(load_study(ROOT / "studies" / "table3.yaml", "tiny"))["departures"]
     assert len(tag) < 8000 and json.loads(tag)

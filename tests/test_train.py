@@ -43,7 +43,8 @@ def test_training_runs_and_reports_its_metrics(tmp_path, data_cfg, dataset):
 
 def test_bleu_moses_names_a_version_of_the_rules():
     TrainConfig(bleu_moses=2017).validate()          # YAML and --set give the year as a number
-    with pytest.raises(UserError, match=r"train setting bleu_moses: '2107' is not a version .* choose one of 2025, 2017"):
+    with pytest.raises(UserError, match=r"train setting bleu_moses: '2107' is not a version .* choose one of 2025, "
+                                        r"2017"):
         TrainConfig(bleu_moses="2107").validate()
 
 
@@ -194,8 +195,8 @@ def test_cpu_amp_is_refused_in_one_sentence_on_a_cpu_without_bf16(monkeypatch):
 @pytest.mark.skipif(not __import__("harness.train.device", fromlist=["x"]).cpu_bf16_supported(),
                     reason="this CPU has no bf16 instructions (AVX512-BF16 or AMX): cpu_amp is refused here")
 def test_cpu_amp_trains_in_bf16_and_stays_within_tolerance_of_fp32(tmp_path, data_cfg, dataset):
-    from harness.train.device import autocast_for, device_note, matmul_dtype
     from harness.train.compile import training_loss
+    from harness.train.device import autocast_for, device_note, matmul_dtype
     cfg = dataclasses.replace(TRAIN, cpu_amp=True)
     assert matmul_dtype(torch.device("cpu"), cfg) == torch.bfloat16
     assert device_note("cpu", torch.device("cpu"), True, True) == "training on cpu, bf16 autocast (cpu_amp)"

@@ -33,15 +33,14 @@ from pathlib import Path
 
 import torch
 
-from model import Transformer, beam_search, get_preset, greedy
-from model.cuda_graph import StepGraph
-from model.decoder_only import DecoderOnly, DecoderOnlyConfig
-
 from harness.bench.speed import PAD, _bench_preset, packed, synthetic_batch, training_step
 from harness.data.corpus import DataConfig
 from harness.io import atomic_write
 from harness.probes.peak import sync
 from harness.train import TRAIN_PRESETS, TrainConfig, resolve_device, train, training_loss
+from model import Transformer, beam_search, get_preset, greedy
+from model.cuda_graph import StepGraph
+from model.decoder_only import DecoderOnly, DecoderOnlyConfig
 
 
 def _parity(device: torch.device) -> dict:
@@ -63,7 +62,8 @@ def _parity(device: torch.device) -> dict:
     model = model.eval()
     dev_batch = tuple(t.to(device) for t in batch)
     (src, tgt_in, _), packing = packed(dev_batch)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                else torch.autocast("cpu", enabled=False))
     with torch.no_grad(), autocast:
         padded_h = model.hidden(dev_batch[0], dev_batch[1])[dev_batch[2] != 0]
         packed_h = model.hidden(src, tgt_in, tuple(p.to(device) for p in packing))[0]
@@ -211,13 +211,15 @@ def _summary(r: dict) -> str:
     parity = r["steps"].get("parity")
     if parity:
         lines.append(f"parity ok: {parity['ok']} (loss rel diff {parity['loss_rel_diff']:.1e}, grad max diff "
-                     f"{parity['grad_max_abs_diff']:.1e}, packed vs padded {parity['packed_vs_padded_max_abs_diff']:.1e}, "
+                     f"{parity['grad_max_abs_diff']:.1e}, packed vs padded "
+                     f"{parity['packed_vs_padded_max_abs_diff']:.1e}, "
                      f"varlen kernel {parity['varlen_kernel']})")
         for key, name in (("graph", "the core"), ("decoder_only_graph", "decoder-only (redesign shape)")):
             lines.append(f"decoding with CUDA graphs, {name}: captured {parity[f'{key}_captured']}, logits max "
                          f"diff {parity[f'{key}_logits_max_abs_diff']:.1e}, greedy equal "
                          f"{parity[f'{key}_greedy_equal']}, beam equal {parity[f'{key}_beam_equal']}")
-    lines += ["", "| step | entrant | step ms | tgt tok/s | % of matmul peak | x torch.nn.Transformer |", "|---|---|---|---|---|---|"]
+    lines += ["", "| step | entrant | step ms | tgt tok/s | % of matmul peak | x torch.nn.Transformer |",
+              "|---|---|---|---|---|---|"]
     for name, res in r["steps"].items():
         for key in ("training", "training_compiled"):
             t = res.get(key) if isinstance(res, dict) else None
@@ -229,7 +231,8 @@ def _summary(r: dict) -> str:
                     m = t[entrant]
                     lines.append(f"| {name} {key.replace('training', '').strip('_') or 'eager'} | {entrant} | "
                                  f"{m['step_ms']:.1f} | {m['tgt_tokens_per_s']:,.0f} | "
-                                 f"{100 * m['tflops'] / res['matmul_peak_tflops']:.1f} | {m['tgt_tokens_per_s'] / peer:.2f} |")
+                                 f"{100 * m['tflops'] / res['matmul_peak_tflops']:.1f} | "
+                                 f"{m['tgt_tokens_per_s'] / peer:.2f} |")
         d = res.get("decoding") if isinstance(res, dict) else None
         if d:
             graphs = f", of which CUDA graphs {d['beam4_graph_speedup']:.1f}x" if "beam4_graph_speedup" in d else ""

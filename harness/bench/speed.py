@@ -15,17 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.data.bpe import BOS, PAD  # the special ids of every tokenizer of the harness
+from harness.errors import UserError
+from harness.probes.flops import count_analytic
+from harness.probes.peak import matmul_peak, timed
+from harness.system import pin_allocator
+from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
 from model import ConfigError, Transformer, TransformerConfig, beam_search, get_preset, greedy
 from model.attention import Packed
 from model.layers import sinusoid_table
-
-from harness.system import pin_allocator
-from harness.errors import UserError
-from harness.data.bpe import BOS, PAD       # the special ids of every tokenizer of the harness
-from harness.probes.flops import count_analytic
-from harness.probes.peak import matmul_peak, timed
-from harness.train import COMPILE_MODES, TrainConfig, resolve_device, training_loss
-
 
 
 class TorchTransformerPeer(nn.Module):

@@ -19,9 +19,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from model.attention import Packed
-
 from harness.data.bpe import BOS, EOS, PAD
+from model.attention import Packed
 
 
 @dataclass

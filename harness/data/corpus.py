@@ -4,18 +4,16 @@ directory of plain parallel text (e.g. what `python -m harness data prepare wmt1
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
-
-from harness.errors import UserError
 
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.parse import SUBTREE_MARK, parse_symbols, prepare_parse_corpus
 from harness.data.readers import read_parallel
 from harness.data.sources import SOURCES
+from harness.errors import UserError
 
 # File name pairs a data directory may use, in order of preference: the made-up corpus, then what
 # `data prepare wmt14-en-de` and `wmt14-en-fr` write.

@@ -149,8 +149,13 @@ def prepare_parse_corpus(data_cfg, generated: Path | None = None) -> Path:
             for kind, lines in (("src", src), ("tgt", tgt), ("tree", gold)):
                 (tmp / f"{split}.{kind}").write_text("\n".join(lines) + "\n", encoding="utf-8")
             whole = sum(1 for g in gold if not g.startswith(SUBTREE_MARK)) if split == "train" else len(gold)
-            stats[split] = {"trees": whole, "examples": len(gold), "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),
-                            "mean_target_tokens": sum(len(t.split()) for t in tgt) / max(len(tgt), 1)}
-        (tmp / "manifest.json").write_text(json.dumps({"source": data_cfg.name, "version": PARSE_VERSION,
-                                                       "splits": stats}, indent=2) + "\n")
+            stats[split] = {
+                "trees": whole,
+                "examples": len(gold),
+                "mean_words": sum(len(s.split()) for s in src) / max(len(src), 1),
+                "mean_target_tokens": sum(len(t.split()) for t in tgt) / max(len(tgt), 1),
+            }
+        (tmp / "manifest.json").write_text(
+            json.dumps({"source": data_cfg.name, "version": PARSE_VERSION, "splits": stats}, indent=2) + "\n"
+        )
     return out

@@ -112,7 +112,8 @@ def prepare_ptb(from_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict
     layout, files = find_files(root)
     trees: dict[str, list[str]] = {}
     manifest: dict = {"from_dir": str(root.resolve()), "dataset": "ptb-wsj", "layout": layout,
-                      "split_rule": ({s: f"sections {v[0]}-{v[-1]}" for s, v in WSJ_SPLITS.items()} if layout == "sections"
+                      "split_rule": ({s: f"sections {v[0]}-{v[-1]}" for s, v in WSJ_SPLITS.items()}
+                                     if layout == "sections"
                                      else {s: f"wsj_{lo:04d}" + (f"-{hi:04d}" if hi else " and above")
                                            for s, (lo, hi) in SAMPLE_SPLITS.items()}),
                       "cleaning": "-NONE- and emptied constituents removed, function tags and indices cut",

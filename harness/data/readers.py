@@ -134,7 +134,8 @@ def read_sgml(path: str | os.PathLike) -> list[str]:
     if open_end is not None:
         raise malformed(open_end - 1, "<seg> never closed")
     if not segs:
-        raise UserError(f"{path}: no <seg> elements found; expected a WMT SGML file such as newstest2014-deen-ref.de.sgm.")
+        raise UserError(f"{path}: no <seg> elements found; expected a WMT SGML file such as "
+                        "newstest2014-deen-ref.de.sgm.")
     return segs
 
 

@@ -47,7 +47,8 @@ SOURCES = {
                                                                                         **form),
                        pairs=multi30k.PAIRS, forms=multi30k.FORMS, describe=_splits("", "lines")),
     "ptb": Source("Penn Treebank WSJ trees, the full sections or NLTK's sample (Table 4)",
-                  prepare=lambda src, out, pair: ptb.prepare_ptb(src, out), describe=_splits(" sentences", "sentences")),
+                  prepare=lambda src, out, pair: ptb.prepare_ptb(src, out),
+                  describe=_splits(" sentences", "sentences")),
 }
 
 

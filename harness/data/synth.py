@@ -24,7 +24,6 @@ independently. No hash() of strings and no global random state, so output is byt
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import random
 from bisect import bisect_right

@@ -58,7 +58,8 @@ DEV_SOURCES = (
 # Test = the FULL newstest2014 (3003 lines), as in the paper, tensor2tensor and fairseq. sacrebleu's `wmt14`
 # is the filtered 2737-line set; its `wmt14/full` is this one.
 TEST_SOURCES = (
-    Source("newstest2014-full", "newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm", "test-full.tgz", "sgml"),
+    Source("newstest2014-full", "newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm", "test-full.tgz",
+           "sgml"),
 )
 EXPECTED_LINES = {"dev": 3000, "test": 3003}
 
@@ -89,7 +90,8 @@ EN_FR_DEV_SOURCES = (
 )
 # Test = the full newstest2014 EN-FR (3003 lines), the file fairseq's script reads from test-full.tgz.
 EN_FR_TEST_SOURCES = (
-    Source("newstest2014-full", "newstest2014-fren-src.en.sgm", "newstest2014-fren-ref.fr.sgm", "test-full.tgz", "sgml"),
+    Source("newstest2014-full", "newstest2014-fren-src.en.sgm", "newstest2014-fren-ref.fr.sgm", "test-full.tgz",
+           "sgml"),
 )
 EN_FR = WmtPair("en-fr", "fr", EN_FR_TRAIN_SOURCES, EN_FR_DEV_SOURCES, EN_FR_TEST_SOURCES, vocab_size=32000,
                 paper_train_pairs=36_000_000)
@@ -132,7 +134,8 @@ def _find_files(root: Path, names: set[str]) -> tuple[dict[str, Path], set[str]]
                 archives.add(name)
     for name, paths in found.items():
         if len(paths) > 1:
-            raise UserError(f"{root}: found {len(paths)} copies of {name} ({', '.join(map(str, paths))}); keep exactly one.")
+            raise UserError(f"{root}: found {len(paths)} copies of {name} ({', '.join(map(str, paths))}); keep "
+                            "exactly one.")
     return {name: paths[0] for name, paths in found.items()}, archives
 
 

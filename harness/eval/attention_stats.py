@@ -23,9 +23,8 @@ import math
 
 import torch
 
-from model.attention import MultiHeadAttention
-
 from harness.eval.source_attention import _Recorder, attention_logits
+from model.attention import MultiHeadAttention
 
 METRICS = ("attn_qk_var", "attn_logit_var", "attn_max_prob", "attn_entropy", "attn_entropy_ratio",
            "attn_qk_grad_norm")

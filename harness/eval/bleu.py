@@ -25,7 +25,8 @@ def _check(hyps: list[str], refs: list[str], what: str = "hypotheses") -> None:
     if not refs:
         raise UserError("references: empty list; BLEU needs at least one reference sentence.")
     if len(hyps) != len(refs):
-        raise UserError(f"{what} ({len(hyps)} lines) and references ({len(refs)} lines) must have the same number of lines.")
+        raise UserError(f"{what} ({len(hyps)} lines) and references ({len(refs)} lines) must have the same number of "
+                        "lines.")
 
 
 # ---------------------------------------------------------------------------------------------- sacreBLEU

@@ -41,8 +41,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from harness.errors import UserError
 from harness.data.trees import read_lines, read_tree_texts
+from harness.errors import UserError
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_FOR_LENGTH = frozenset({"-NONE-"})

@@ -7,12 +7,11 @@ import math
 
 import torch
 
-from model import Seq2SeqModel, beam_search
-
 from harness.data.batching import ParallelData, token_batches
 from harness.data.bpe import BOS, EOS, Tokenizer
 from harness.eval.bleu import copy_baseline_bleu, sacre_bleu, tokenized_bleu, tokenized_lc_bleu
 from harness.eval.parse import TreeConstraint, parse_scores
+from model import Seq2SeqModel, beam_search
 
 
 @torch.no_grad()

@@ -31,8 +31,6 @@ from typing import Iterable, NamedTuple
 
 import torch
 
-from model.attention import MultiHeadAttention
-
 from harness.data.batching import ParallelData
 from harness.data.bpe import EOS, PAD, Tokenizer
 from harness.data.corpus import corpus_dir
@@ -42,6 +40,7 @@ from harness.eval.bleu import tokenized_bleu
 from harness.eval.evaluate import perplexity, translate
 from harness.eval.relations import RELATIONS, relations
 from harness.eval.source_attention import _Recorder, attention_logits
+from model.attention import MultiHeadAttention
 
 KINDS = ("enc", "dec", "cross")         # encoder self-attention, decoder self-attention, decoder-encoder attention
 MAX_OFFSET = 12                         # the fixed-offset baseline tries every k in -12..12 but 0

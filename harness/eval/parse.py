@@ -12,6 +12,7 @@ from harness.data.parse import sentence_words
 from harness.data.trees import delinearize, is_word_token, parse_tree
 from harness.eval.evalb import score_trees
 
+
 def well_formed(output: str, n_words: int) -> bool:
     """The raw output is a linearized tree over exactly n_words words: brackets balanced, each closing
     label equal to its opening one, one root, no word outside it."""

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 
 from harness.paper import load_tables
-from model import get_preset
-
 from harness.probes.flops import count_analytic
+from model import get_preset
 
 
 def paper_method(hours: float, gpus: int, tflops: float) -> float:

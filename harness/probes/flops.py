@@ -379,9 +379,8 @@ COUNT_BATCH = 4     # sentences actually run through fvcore / FlopCounterMode; s
 
 def main(preset: str = "paper_base", batch_tokens: int = 25000, sentence_len: int = 25,
          as_json: bool = False) -> int:
-    from model import ConfigError, get_preset
-
     from harness.errors import UserError
+    from model import ConfigError, get_preset
     try:
         cfg = get_preset(preset)
     except ConfigError as err:

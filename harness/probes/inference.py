@@ -94,7 +94,7 @@ def _sync(device: torch.device) -> None:
 
 def measure_point(model, cfg, batch: int, src_len: int, spec: InferenceSpec, device: torch.device) -> dict:
     """One (batch, source length) point: the medians of `repeats` timed runs, the peak memory and the cache."""
-    from model.decode import _stepper          # the decoders' own step: eager, or the captured graph on CUDA
+    from model.decode import _stepper  # the decoders' own step: eager, or the captured graph on CUDA
     g = torch.Generator().manual_seed(batch * 100_003 + src_len)
     src = torch.randint(FIRST_TOKEN, cfg.vocab_size, (batch, src_len), generator=g).to(device)
     graph = None if spec.graphs else False

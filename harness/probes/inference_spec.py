@@ -59,7 +59,8 @@ class InferenceSpec:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}{suggest(self.dtype, DTYPES)}")
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got "
+                             f"{self.dtype!r}{suggest(self.dtype, DTYPES)}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if not isinstance(self.model, tuple):

@@ -32,8 +32,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
-from harness.probes.scaling_spec import (DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec,
-                                         exponent_note, fit_exponent)
+from harness.probes.scaling_spec import DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec, exponent_note, fit_exponent
 from harness.system import pin_allocator
 
 # ---------------------------------------------------------------- layers
@@ -376,7 +375,8 @@ def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = N
                 row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
                 old = best.get((sweep, n, d))
                 if old is not None:
-                    row["fwd_s"], row["fwd_bwd_s"] = min(old["fwd_s"], row["fwd_s"]), min(old["fwd_bwd_s"], row["fwd_bwd_s"])
+                    row["fwd_s"] = min(old["fwd_s"], row["fwd_s"])
+                    row["fwd_bwd_s"] = min(old["fwd_bwd_s"], row["fwd_bwd_s"])
                 best[(sweep, n, d)] = row
         rows = [best[p] for p in points]
         for row in rows:
@@ -459,7 +459,8 @@ def table1_rows(result: dict) -> list[dict]:
     if "conv_dilated" in paths:
         pl = paths["conv_dilated"]
         out.append({"layer": "conv_dilated", "row": "Convolutional (dilated)",
-                        "paper_complexity": PAPER["conv_dilated"]["complexity"], "paper_path": PAPER["conv_dilated"]["path"],
+                        "paper_complexity": PAPER["conv_dilated"]["complexity"],
+                        "paper_path": PAPER["conv_dilated"]["path"],
                         "path_formula": pl["formula"], "path_measured": pl["measured"], "path_n": pl["n"]})
     return out
 

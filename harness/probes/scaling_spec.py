@@ -60,7 +60,8 @@ class ScalingSpec:
             if not isinstance(v, (list, tuple)) or len(v) < 3 or \
                     any(isinstance(x, bool) or not isinstance(x, int) or x < 2 for x in v):
                 raise ValueError(f"{name} must be a list of at least 3 integers >= 2, got {v!r}")
-        for name in ("n_fixed", "d_fixed", "batch", "k", "r", "heads", "repeats", "path_k", "path_r", "threads", "passes"):
+        for name in ("n_fixed", "d_fixed", "batch", "k", "r", "heads", "repeats", "path_k", "path_r", "threads",
+                     "passes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -106,7 +107,8 @@ def exponent_note(name: str, var: str, label: str, got: float, want: float, swee
         return None
     why = (f"fixed costs dominate (fixed_cost_dominated): fewer than 3 points reached {fixed_mult:g}x the sweep's "
            "smallest time, so the 3 largest were fitted" if dominated else
-           f"{dropped:.0f} smallest point(s) dropped as fixed-cost" if dropped > 0 else "no point dropped as fixed-cost")
+           f"{dropped:.0f} smallest point(s) dropped as fixed-cost" if dropped > 0 else "no point dropped as "
+                                                                                        "fixed-cost")
     if sweep and sweep[0] > 0:
         lo, hi = sweep
         ratio = "–" if _missing(time_ratio) else f"{time_ratio:.1f}"

@@ -33,7 +33,8 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
     rows = [r for r in order if len(_finished(runs, r)) and _finished(runs, r)["metrics.attn_max_prob"].notna().any()]
     if not rows:
         return [], []
-    head = ["row", "score", "d_k", *(f"init: {name}" for _, name, _ in SHOWN), *(f"end: {name}" for _, name, _ in SHOWN)]
+    head = ["row", "score", "d_k", *(f"init: {name}" for _, name, _ in SHOWN),
+            *(f"end: {name}" for _, name, _ in SHOWN)]
     body, curves = [], {}
     for row in rows:
         done = _finished(runs, row)

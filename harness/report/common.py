@@ -11,12 +11,12 @@ this package (table1 ... table4); this one holds what they share.
 from __future__ import annotations
 
 import json
-
 import math
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
+
 # The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
 # Figure renders with the Agg canvas.
 from matplotlib.figure import Figure
@@ -25,7 +25,8 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.report import claims
-from harness.report.registration import ROOT as _REGISTRATION_ROOT, late_profile_changes, registration
+from harness.report.registration import ROOT as _REGISTRATION_ROOT
+from harness.report.registration import late_profile_changes, registration
 
 # Our metric name -> the final metric logged by the trial.
 METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
@@ -49,10 +50,12 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
         raise UserError(f"cannot read the MLflow tracking store {uri} ({type(err).__name__}: "
                         f"{str(err).splitlines()[0][:200] if str(err) else ''}); start it or point "
                         "MLFLOW_TRACKING_URI elsewhere.") from None
-    which = f"study {study}" + (f" with profile {profile}" if profile else "") + (f" named {variant}" if variant else "")
+    which = (f"study {study}" + (f" with profile {profile}" if profile else "")
+             + (f" named {variant}" if variant else ""))
     if results is None:
         raise UserError(f"no runs of {which} in {uri}; run `python -m harness run studies/{study}.yaml"
-                        f"{f' --profile {profile}' if profile else ''}{f' --name {variant}' if variant else ''}` first.")
+                        f"{f' --profile {profile}' if profile else ''}{f' --name {variant}' if variant else ''}` "
+                        "first.")
     if results["runs"].empty:
         raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
                         "yet; let it run or resume it with `python -m harness run ... --resume`.")
@@ -165,8 +168,8 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
     tags, metrics = parent["tags"], parent.get("metrics", {})
     wall, share = metrics.get("wall_seconds"), metrics.get("overhead_share")
     total = parent.get("study_wall_seconds")         # over every invocation (a study resumed across sessions)
-    cpu = runs["metrics.cpu_seconds"].sum() if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() \
-        else None
+    cpu = (runs["metrics.cpu_seconds"].sum()
+           if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() else None)
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
@@ -194,8 +197,8 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
 
 
 def _value(v) -> str:
-    return "–" if v is None else json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else f"{v:g}" \
-        if isinstance(v, float) else str(v)
+    return "–" if v is None else json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else \
+        f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def departure_lines(tags: dict, rows: str) -> list[str]:
@@ -354,7 +357,8 @@ def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]], with_ba
     out = []
     for key, by_row in deps.items():
         if any(_departs_unlike(by_row.get(r), by_row.get(q)) for r, q in pairs):
-            cells = [f"{r} {_value(by_row[r][0])} (paper {_value(by_row[r][1])})" if r in by_row else f"{r} as the paper"
+            cells = [f"{r} {_value(by_row[r][0])} (paper {_value(by_row[r][1])})" if r in by_row
+                     else f"{r} as the paper"
                      for r in shown]
             out.append(f"`{key}`: {', '.join(cells)}")
     return out
@@ -458,18 +462,21 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         return []
     diag = row_diagnostics(runs, uri)
     deps = row_departures(parent["tags"]) if parent else {}
-    with_base = "base" in (parent["params"].get("rows", "").split(",") if parent else runs["tags.row"].astype(str).tolist())
+    with_base = "base" in (parent["params"].get("rows", "").split(",") if parent else
+                           runs["tags.row"].astype(str).tolist())
     counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
     lines = ["## Claims", "",
              f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
              f"harness/paper/claims.yaml, checked on these runs: {counts['holds']} hold, {counts['contradicted']} "
-             f"contradicted, {counts['inconclusive']} inconclusive, {counts['not run']} not run. A verdict is computed, "
+             f"contradicted, {counts['inconclusive']} inconclusive, {counts['not run']} not run. A verdict is "
+             "computed, "
              "never written: the difference between the two rows is taken seed by seed (oriented so that > 0 is the "
              "claimed direction) and its 95 % t-interval decides: holds if it lies above 0 (or inside the equivalence "
              "margin), contradicted if it lies below 0 (or wholly outside the margin), inconclusive if it spans 0. "
              "Perplexity claims are compared as ln PPL (nats per subword), so a difference of 0.05 is a PPL ratio of "
              "about 1.05.", "",
-             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the runs "
+             "| claim | the paper says | paper | ours: a vs b | paired Δ (95 % CI), seeds | verdict | why, from the "
+             "runs "
              "| registered before these runs? |",
              "|---|---|---|---|---|---|---|---|"]
     lines[2] += (" The last column is computed from git when this report is made (harness/report/registration.py): "
@@ -622,7 +629,8 @@ def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:
         except KeyError:         # a store that logged only some model settings (an older run): no manifest
             continue
         params = first.get("metrics.params")
-        body.append([f"**{row}**", m["architecture"], m.get("layers", "–"), m.get("d_model", "–"), m.get("attention", "–"),
+        body.append([f"**{row}**", m["architecture"], m.get("layers", "–"), m.get("d_model", "–"),
+                     m.get("attention", "–"),
                      f"{m.get('query_heads', '–')} / {m.get('kv_heads', '–')}", m.get("head_dim", "–"),
                      m.get("context_length", "–"), m.get("positions", "–"), m.get("norm", "–"), m.get("ffn", "–"),
                      m.get("kv_bytes_per_target_token_bf16", "–"), m.get("kv_bytes_per_source_token_bf16", "–"),
@@ -630,10 +638,18 @@ def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:
     if not body:
         return []
     head = ["row", "architecture", "layers", "d_model", "attention", "query / KV heads", "head dim", "context",
-            "positions", "norm", "FFN", "KV bytes / target token (bf16)", "KV bytes / source token (bf16)", "parameters"]
-    return ["## Architectures", "",
+            "positions", "norm", "FFN", "KV bytes / target token (bf16)", "KV bytes / source token (bf16)",
+            "parameters"]
+    return (
+        [
+            "## Architectures",
+            "",
             "Each row's architecture manifest (every trial also keeps it as `architecture.json`, an MLflow artifact): "
             "KV-cache bytes are what incremental decoding keeps per token at bf16, the self-attention cache per target "
             "token, and per source token the encoder-decoder's cross-attention cache or the decoder-only model's "
-            "prefilled cache (harness/probes/manifest.py); the parameters are each row's exact count.", ""] + \
-        md_table(head, body) + [""]
+            "prefilled cache (harness/probes/manifest.py); the parameters are each row's exact count.",
+            "",
+        ]
+        + md_table(head, body)
+        + [""]
+    )

@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 
 from harness.report.common import interval_cell, md_table, save_png
 
-SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"), ("agree", "agreement accuracy (%)", "{:.1f}"))
+SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"),
+         ("agree", "agreement accuracy (%)", "{:.1f}"))
 
 
 def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
@@ -51,7 +52,8 @@ def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[li
         for row in rows:
             done = _finished(runs, row)
             body.append([f"**{row}**", str(len(done)),
-                         *(interval_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt) if f"metrics.len_b{i}_{key}" in done
+                         *(interval_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt)
+                           if f"metrics.len_b{i}_{key}" in done
                            else "–" for i, _ in buckets)])
         lines += [f"**{name}**, by source length:", ""] + md_table(head, body) + [""]
     plot = _plot(runs, rows, buckets, path)

@@ -32,7 +32,8 @@ def draw_lines(ax, words: list[str], maps: list, heads: list[int], word: int | N
         for i in (range(n) if word is None else [word]):
             for j in range(n):
                 if m[i][j] > 0.02:
-                    ax.plot([i, j], [1, 0], color=color, alpha=min(1.0, float(m[i][j])), lw=2.0 if word is not None else 1.2)
+                    ax.plot([i, j], [1, 0], color=color, alpha=min(1.0, float(m[i][j])),
+                            lw=2.0 if word is not None else 1.2)
     for i, w in enumerate(words):
         weight = "bold" if i == word else "normal"
         ax.text(i, 1.04, w, rotation=90, ha="center", va="bottom", fontsize=8, fontweight=weight)
@@ -61,7 +62,8 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
         fig = Figure(figsize=(max(6, 0.55 * len(f4["words"])) * 2, 4.2), layout="constrained")
         top, bottom = fig.subplots(1, 2)
         draw_lines(top, f4["words"], f4["maps"][:1], f4["heads"][:1])
-        top.set_title(f"Figure 4 (left): layer {f4['layer'] + 1}, head {f4['heads'][0] + 1}, all its attention", fontsize=9)
+        top.set_title(f"Figure 4 (left): layer {f4['layer'] + 1}, head {f4['heads'][0] + 1}, all its attention",
+                      fontsize=9)
         draw_lines(bottom, f4["words"], f4["maps"], f4["heads"], f4["word"])
         bottom.set_title(f"(right): heads {' and '.join(str(h + 1) for h in f4['heads'])}, from "
                          f"\"{f4['words'][f4['word']]}\" only (relative pronoun → antecedent)", fontsize=9)
@@ -119,7 +121,8 @@ def _scores_table(payloads: list[tuple[int, dict]]) -> list[str]:
             where.append(_label(b[1], b[2]))
         offsets = sorted({s["offset"] for s in per})
         offset = [s["offset_score"] for s in per]
-        body.append([label, f"{sum(s['n'] for s in per) / len(per):.0f}", interval_cell(best, "{:.1f}"), ", ".join(where),
+        body.append([label, f"{sum(s['n'] for s in per) / len(per):.0f}", interval_cell(best, "{:.1f}"),
+                     ", ".join(where),
                      interval_cell(offset, "{:.1f}") + f" (k = {', '.join(f'{k:+d}' for k in offsets)})",
                      interval_cell([b - o for b, o in zip(best, offset)], "{:.1f}"),
                      interval_cell([s["chance"] for s in per], "{:.1f}")])
@@ -153,7 +156,8 @@ def _kinds_table(payloads: list[tuple[int, dict]]) -> list[str]:
         d_nll = [h["zeroed"]["nll"] - p["base"]["nll"] for _, p in payloads for h in p["heads"] if h["kind"] == kind]
         d_bleu = [h["zeroed"]["bleu"] - p["base"]["bleu"] for _, p in payloads for h in p["heads"] if h["kind"] == kind]
         if d_nll:
-            body.append([name, str(len(d_nll) // len(payloads)), f"{sum(d_nll) / len(d_nll):+.4f}", f"{max(d_nll):+.4f}",
+            body.append([name, str(len(d_nll) // len(payloads)), f"{sum(d_nll) / len(d_nll):+.4f}",
+                         f"{max(d_nll):+.4f}",
                          f"{sum(d_bleu) / len(d_bleu):+.2f}", f"{min(d_bleu):+.2f}"])
     return md_table(["heads", "a seed", "mean Δ ln PPL", "largest Δ ln PPL", "mean Δ BLEU", "largest BLEU loss"], body)
 
@@ -244,4 +248,5 @@ def _pruning_and_correlation(payloads: list[tuple[int, dict]]) -> list[str]:
             "the same against the Δ of making it attend uniformly.", ""] + md_table(
         ["seed", "BLEU, all heads", "BLEU, no encoder head", "encoder heads prunable", "BLEU, no head at all",
          "all heads prunable", "ρ (masked)", "ρ (uniform)"], body) + [
-        "", f"Over seeds: ρ (masked) {interval_cell(rho, '{:+.2f}')}, ρ (uniform) {interval_cell(rho_u, '{:+.2f}')}.", ""]
+        "", f"Over seeds: ρ (masked) {interval_cell(rho, '{:+.2f}')}, "
+            f"ρ (uniform) {interval_cell(rho_u, '{:+.2f}')}.", ""]

@@ -55,7 +55,8 @@ def _num(x, fmt: str) -> str:
 
 
 def render(table: pd.DataFrame) -> list[str]:
-    head = ["row", "params", "batch", "source tokens", "prefill tok/s", "decode tok/s", "TTFT (ms)", "peak memory (MiB)",
+    head = ["row", "params", "batch", "source tokens", "prefill tok/s", "decode tok/s", "TTFT (ms)", "peak memory "
+                                                                                                     "(MiB)",
             "KV bytes / target token, measured", "formula", "KV bytes / source token, measured", "formula"]
     body = [[f"**{r.row}**", _num(r.params, "{:,.0f}"), r.batch, r.src_len, _num(r.prefill_tok_s, "{:,.0f}"),
              _num(r.decode_tok_s, "{:,.0f}"), _num(r.ttft_ms, "{:.1f}"), _num(r.peak_mem_bytes / 2**20, "{:,.0f}"),

@@ -12,7 +12,25 @@ from matplotlib.figure import Figure
 from harness import tracking
 from harness.paper import load_tables, table1_columns
 from harness.probes.scaling_spec import EXPONENT_TOLERANCE, ScalingSpec, exponent_note, fit_exponent
-from harness.report.common import (NAN, column, num, save_png, text_of, param_of, mean_of, tags_of, md_table, failure_cell, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order)
+from harness.report.common import (
+    NAN,
+    claims_section,
+    column,
+    declared_rows,
+    failure_cell,
+    header_lines,
+    md_table,
+    mean_of,
+    no_data,
+    num,
+    param_of,
+    row_groups,
+    row_order,
+    save_png,
+    tags_of,
+    text_of,
+    write_files,
+)
 
 # Table 1: a measured exponent further than this from the paper's is listed under "where they part".
 DEVIATION = EXPONENT_TOLERANCE
@@ -92,7 +110,8 @@ def table1_notes(table: pd.DataFrame) -> list[str]:
             mem = (f", while its largest forward tensor grows from {r['steepest_mem_from'] / 2 ** 20:.1f} to "
                    f"{r['steepest_mem_to'] / 2 ** 20:.1f} MiB: the working set outgrows the processor's caches "
                    "there, and each element then costs a trip to main memory" if pd.notna(r["steepest_mem_to"]) else "")
-            notes.append(f"`{r['row']}`: the excess sits in one step of the sweep: from n = {r['steepest_n_from']:g} to "
+            notes.append(f"`{r['row']}`: the excess sits in one step of the sweep: from n = {r['steepest_n_from']:g} "
+                         "to "
                          f"{r['steepest_n_to']:g} time grows {r['steepest_n_ratio']:.1f}x (local exponent {slope:.2f}; "
                          f"the other steps: {r['other_n_slopes']}){mem}. The operation count is linear in n; the "
                          "memory hierarchy is not part of the paper's model.")

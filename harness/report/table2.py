@@ -11,8 +11,33 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from harness.paper import columns, load_tables
+from harness.report.common import (
+    NAN,
+    architecture_section,
+    claims_section,
+    column,
+    declared_rows,
+    failure_cell,
+    header_lines,
+    late_changes_section,
+    md_table,
+    mean_of,
+    no_data,
+    num,
+    param_of,
+    pm,
+    row_groups,
+    row_order,
+    save_png,
+    seeds_cell,
+    std_of,
+    stopping_notes,
+    synthetic_data,
+    tags_of,
+    text_of,
+    write_files,
+)
 from harness.report.rivals import agreement_section, compute_section
-from harness.report.common import (NAN, architecture_section, column, num, pm, save_png, text_of, param_of, mean_of, std_of, tags_of, md_table, seeds_cell, failure_cell, stopping_notes, late_changes_section, no_data, write_files, claims_section, declared_rows, header_lines, row_groups, row_order, synthetic_data)
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
@@ -80,7 +105,7 @@ def paper_layout(table: pd.DataFrame) -> list[list[str]]:
     body = []
     for model in dict.fromkeys(T2_ROWS.values()):
         if not model.startswith("Transformer") and not any(m == model for m, _ in by_cell):
-            continue                                   # a rival this profile did not train: its published row stands below
+            continue              # a rival this profile did not train: its published row stands below
         line = [model]
         for what in ("bleu", "cost"):
             for key, pair in PAIRS.items():
@@ -109,14 +134,16 @@ def render_table2(study: str, results: dict, table: pd.DataFrame, costs: list[di
     if multi30k_rows(table):
         lines += multi30k_section(table)
     lines += ["## The paper's Table 2, as published", ""]
-    lines += md_table(["Model", "BLEU EN-DE", "BLEU EN-FR", "Training cost (FLOPs) EN-DE", "Training cost (FLOPs) EN-FR"],
+    lines += md_table(["Model", "BLEU EN-DE", "BLEU EN-FR", "Training cost (FLOPs) EN-DE", "Training cost (FLOPs) "
+                                                                                           "EN-FR"],
                        [[name, num(r.get("bleu_en_de"), "{:g}"), num(r.get("bleu_en_fr"), "{:g}"),
                          num(r.get("cost_en_de"), "{:.1e}"), num(r.get("cost_en_fr"), "{:.1e}")]
                         for name, r in ((n, {k: NAN if v is None else v for k, v in r.items()})
                                         for n, r in t2["rows"].items())])
     lines += ["", "## Ours in the paper's layout", "",
               "Test BLEU tokenized as the paper's (mean ± std over finished seeds) and the training cost the paper's "
-              "way, each from the row (in brackets) that trained on that pair, the paper's value beside. On the made-up "
+              "way, each from the row (in brackets) that trained on that pair, the paper's value beside. On the "
+              "made-up "
               "corpus the EN-FR rows train on its French-like target (`data.target=fr`): the same English-like "
               "sources, in the source's order, with French-like agreement and elision.", ""]
     lines += md_table(["Model", "BLEU EN-DE", "paper", "BLEU EN-FR", "paper", "cost EN-DE (FLOPs)", "paper",
@@ -183,7 +210,8 @@ def multi30k_section(table: pd.DataFrame) -> list[str]:
              f"multimodal-MT literature's `BLEU tok lc`: {lit['bleu_tok_lc']}. `python -m harness evaluate RUN_DIR "
              "--data DIR --split test_2017_flickr` scores a finished row on the second test set.", "",
              "## Beside the literature (Multi30K)", ""]
-    body = [[f"**{r['row']}** (ours)", r["pair"], "test_2016_flickr", pm(r["test_bleu_tok_lc_mean"], r["test_bleu_tok_lc_std"]),
+    body = [[f"**{r['row']}** (ours)", r["pair"], "test_2016_flickr",
+             pm(r["test_bleu_tok_lc_mean"], r["test_bleu_tok_lc_std"]),
              pm(r["test_bleu_mean"], r["test_bleu_std"]),
              f"N {num(r['N'], '{:g}')}, d_model {num(r['d_model'], '{:g}')}, d_ff {num(r['d_ff'], '{:g}')}, "
              f"h {num(r['h'], '{:g}')}, P_drop {num(r['P_drop'], '{:g}')}, {num(r['steps'], '{:.0f}')} steps, "

@@ -12,14 +12,33 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.io import atomic_write
-from harness.report import claims
 from harness.paper import columns, load_tables
-from harness.report.common import (architecture_section, column, num, pm, save_png, signed_pm, signed, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data, row_diagnostics, regime_note, table_name, METRICS, _PER_SEED)
+from harness.report import claims
 from harness.report.attention_stats import attention_stats_section
+from harness.report.common import (
+    _PER_SEED,
+    METRICS,
+    architecture_section,
+    claims_section,
+    column,
+    declared_rows,
+    header_lines,
+    num,
+    plot_learning_curves,
+    pm,
+    regime_note,
+    row_diagnostics,
+    row_groups,
+    row_order,
+    save_png,
+    signed,
+    signed_pm,
+    synthetic_data,
+    table_name,
+)
 from harness.report.extrapolation import length_section
 from harness.report.heads import heads_section
 from harness.report.source_attention import source_attention_section
-
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
 ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")
@@ -142,7 +161,8 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
                   "(`dev_ppl_last`), so averaging does not pass for training.", ""]
     lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
               "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) "
-              "(D1 and D2: row - Dbase, the base on their training set, where it ran) over the seeds both finished, ± its own 95 % half-width. Architecture columns are the values "
+              "(D1 and D2: row - Dbase, the base on their training set, where it ran) over the seeds both finished, "
+              "± its own 95 % half-width. Architecture columns are the values "
               "actually run (from each trial's params).", ""]
     head = ["row", *ARCH_COLUMNS, "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok"]
     if paper:
@@ -229,9 +249,11 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
     # Rows that measured how much each target position reads the source (studies/decoder_only.yaml) get that
     # section before the claims.
-    extra, extra_plots = source_attention_section(runs, table["row"].tolist(), out_dir / f"{study}_source_attention.png")
+    extra, extra_plots = source_attention_section(runs, table["row"].tolist(),
+                                                  out_dir / f"{study}_source_attention.png")
     # Rows that measured their attention's softmax and gradients (studies/scaling_dk.yaml, §3.2.1) get that section.
-    stats, stats_plots = attention_stats_section(runs, table["row"].tolist(), uri, out_dir / f"{study}_attention_stats.png")
+    stats, stats_plots = attention_stats_section(runs, table["row"].tolist(), uri,
+                                                 out_dir / f"{study}_attention_stats.png")
     # Rows scored past their training lengths (studies/extrapolation.yaml, §3.5) get that section.
     lengths, length_plots = length_section(runs, table["row"].tolist(), out_dir / f"{study}_length.png")
     # Rows that probed their heads (studies/heads.yaml, the paper's Figures 3-5) get that section.

@@ -9,7 +9,29 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.common import (NAN, num, pm, save_png, text_of, param_of, mean_of, std_of, md_table, seeds_cell, failure_cell, stopping_notes, late_changes_section, write_files, claims_section, declared_rows, header_lines, plot_learning_curves, row_groups, row_order, synthetic_data)
+from harness.report.common import (
+    NAN,
+    claims_section,
+    declared_rows,
+    failure_cell,
+    header_lines,
+    late_changes_section,
+    md_table,
+    mean_of,
+    num,
+    param_of,
+    plot_learning_curves,
+    pm,
+    row_groups,
+    row_order,
+    save_png,
+    seeds_cell,
+    std_of,
+    stopping_notes,
+    synthetic_data,
+    text_of,
+    write_files,
+)
 
 T4_SETUP = {"train_trees": "data.train_pairs", **columns("N", "d_model"), "beam": "train.beam_size",
             "alpha": "train.alpha", "max_extra": "train.max_extra"}

@@ -9,9 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from model import to_dict
-
 from harness.errors import UserError
+from model import to_dict
 
 # Settings that say how a run is operated or logged, not what it computes: never a departure.
 OPERATIONAL = {"train.log_every", "train.eval_every", "train.device", "train.amp", "train.prefetch", "train.seed",

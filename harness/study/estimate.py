@@ -7,10 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from model import build_model, count_parameters
-
 from harness.probes.flops import training_flops_per_target_token
 from harness.trial import Trial
+from model import build_model, count_parameters
 
 ASSUMED_SENTENCE_LEN = 25   # for estimates made before the data is read (WMT14 EN-DE averages about 25 subwords)
 
@@ -89,10 +88,13 @@ def wall_slots(timing: Timing, cpu_per_trial: float, workers: int) -> tuple[int,
     its cores fit at the profile's cpu a trial (Ray's placement on one machine); else the devices given over
     the workers a trial takes."""
     import os
+
     import torch
     if timing.measured and not torch.cuda.is_available():
         cores = os.cpu_count() or 1
-        return max(1, cores // max(1, round(cpu_per_trial * workers))), f"on {cores} CPU cores, {cpu_per_trial:g} a trial"
+        return max(
+            1, cores // max(1, round(cpu_per_trial * workers))
+        ), f"on {cores} CPU cores, {cpu_per_trial:g} a trial"
     return max(1, timing.devices // workers), f"on {timing.devices} device(s), {workers} a trial"
 
 

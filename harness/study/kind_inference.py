@@ -51,7 +51,7 @@ def load(file: StudyFile, sel: Selection) -> Study:
         try:
             spec = InferenceSpec(**_merged(layers.base, layers.rows[r], layers.profile_probe))
             spec.validate()
-            from harness.probes.inference import model_config     # the shape must build: refused before any run
+            from harness.probes.inference import model_config  # the shape must build: refused before any run
             model_config(spec)
         except (TypeError, ValueError) as err:
             chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}")
@@ -67,7 +67,8 @@ def print_trials(study: Study, timing: Timing = Timing()) -> None:
           f"{'batches':>12}{'source lengths':>22}")
     for t in study.trials:
         m = to_dict(model_config(t.probe))
-        layers = m.get("n_layers") if m.get("family") == "decoder_only" else f"{m.get('n_enc_layers')}+{m.get('n_dec_layers')}"
+        layers = (m.get("n_layers") if m.get("family") == "decoder_only"
+                  else f"{m.get('n_enc_layers')}+{m.get('n_dec_layers')}")
         print(f"{t.key:<20}{t.config_hash:<14}{m.get('family', ''):<14}{str(layers):<8}{m.get('d_model'):>8}"
               f"{str(m.get('n_heads')) + '/' + str(m.get('n_kv_heads')):>12}{str(list(t.probe.batches)):>12}"
               f"{str(list(t.probe.src_lens)):>22}")

@@ -77,7 +77,8 @@ def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tu
 
     def on_point(row: dict) -> None:
         x = row[row["sweep"]]
-        mem = row.get("peak_mem_bytes") if row.get("peak_mem_bytes") is not None else row.get("largest_fwd_tensor_bytes")
+        mem = row.get("peak_mem_bytes")
+        mem = mem if mem is not None else row.get("largest_fwd_tensor_bytes")
         run.log_step(x, {f"fwd_s_vs_{row['sweep']}": row["fwd_s"], f"fwd_bwd_s_vs_{row['sweep']}": row["fwd_bwd_s"],
                          **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
 
@@ -87,7 +88,8 @@ def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tu
             run.log_step(p["n"], {"path_measured": p["measured"], "path_formula": p["formula"]})
     seq = result["sequential_ops"]
     metrics = {f"exp_{k}": v["slope"] for k, v in result["fits"].items()}
-    metrics.update({f"exp_{k}_fixed_cost_dominated": float(v["fixed_cost_dominated"]) for k, v in result["fits"].items()})
+    metrics.update({f"exp_{k}_fixed_cost_dominated": float(v["fixed_cost_dominated"])
+                    for k, v in result["fits"].items()})
     metrics.update({f"exp_{k}_points_dropped": v["dropped"] for k, v in result["fits"].items()})
     metrics.update({"seq_ops_measured": seq["measured"], "seq_ops_by_construction": seq["by_construction"],
                     "seq_ops_n": seq["n"], "aten_ops_at_n": seq["aten_ops_at_n"],

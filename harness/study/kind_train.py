@@ -12,21 +12,45 @@ from pathlib import Path
 
 import torch
 
-from model import ConfigError, get_preset, to_dict, with_settings
-
 from harness import overrides
 from harness.data.corpus import DataConfig, prepare_data
 from harness.errors import UserError
 from harness.io import atomic_write
-from harness.study.estimate import ASSUMED_SENTENCE_LEN, Timing, duration, estimated_flops, packed_wall, \
-    measured_rate, parameter_count, trial_seconds, wall_slots
-from harness.study.spec import BASE_KEYS, PROFILE_KEYS, Checker, Selection, Study, StudyFile, checked_rows, \
-    known_row, pick_profile, pick_rows, profile_overrides, profile_row_seeds, profile_rows, profile_seeds, \
-    resources, scaled, section_overrides
+from harness.study.estimate import (
+    ASSUMED_SENTENCE_LEN,
+    Timing,
+    duration,
+    estimated_flops,
+    measured_rate,
+    packed_wall,
+    parameter_count,
+    trial_seconds,
+    wall_slots,
+)
+from harness.study.spec import (
+    BASE_KEYS,
+    PROFILE_KEYS,
+    Checker,
+    Selection,
+    Study,
+    StudyFile,
+    checked_rows,
+    known_row,
+    pick_profile,
+    pick_rows,
+    profile_overrides,
+    profile_row_seeds,
+    profile_rows,
+    profile_seeds,
+    resources,
+    scaled,
+    section_overrides,
+)
 from harness.tracking import TrialRun
 from harness.train import TRAIN_PRESETS, train
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial, fault_hook, injected_fault
+from model import ConfigError, get_preset, to_dict, with_settings
 
 SECTIONS = overrides.SECTIONS
 
@@ -48,7 +72,8 @@ class Layers:
         last = {sec: {**self.profile[sec], **self.profile_rows.get(row, {}).get(sec, {}), **sets.get(sec, {})}
                 for sec in SECTIONS}
         own = self.rows[row]
-        wide = set(self.profile["model"]) - set(self.profile_rows.get(row, {}).get("model", {})) - set(sets.get("model", {}))
+        wide = (set(self.profile["model"]) - set(self.profile_rows.get(row, {}).get("model", {}))
+                - set(sets.get("model", {})))
         # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
         model = with_settings(with_settings(get_preset(self.preset), **self.base["model"]), **own["model"])
         train_cfg = dataclasses.replace(TRAIN_PRESETS[self.preset], **{**self.base["train"], **own["train"]})
@@ -140,7 +165,8 @@ def load(file: StudyFile, sel: Selection) -> Study:
 def print_trials(study: Study, timing: Timing = Timing()) -> None:
     head = f"{'trial':<20}{'hash':<14}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}" \
            f"{'P_drop':>7}{'eps_ls':>7}{'steps':>8}{'params':>10}{'est. FLOPs':>12}"
-    print(head + (f"{'est. time':>11}" if timing.wanted else "") + (f"{'tok/s':>9}{'% peak':>8}" if timing.measured else ""))
+    print(head + (f"{'est. time':>11}" if timing.wanted else "")
+          + (f"{'tok/s':>9}{'% peak':>8}" if timing.measured else ""))
     total, times, cache = 0.0, [], {}
     workers = int(study.resources.get("workers", 1))
     if timing.measure:       # time updates with the threads a trial (or each of its workers) gets
@@ -222,7 +248,7 @@ def run(trial: Trial, out_dir: Path, run: TrialRun | None, ranks: Ranks = SINGLE
     dtype = matmul_dtype(device, train_cfg)
     metrics["device_matmul_tflops"] = matmul_peak(device, dtype)
     run.log_final(metrics, metrics["steps"])
-    from harness.probes.manifest import manifest       # the run's architecture manifest, beside its config
+    from harness.probes.manifest import manifest  # the run's architecture manifest, beside its config
     settings = json.loads((out_dir / "config.json").read_text())["model"]
     atomic_write(out_dir / "architecture.json", json.dumps(manifest(settings), indent=2) + "\n")
     curve = loss_curve_png(out_dir / "metrics.jsonl", out_dir / "loss_curve.png", f"{trial.key} training loss")

@@ -57,15 +57,17 @@ def _worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
 
-    from harness.train.dist import Ranks
     from harness.study.kinds import KINDS
+    from harness.train.dist import Ranks
     from harness.trial import run_trial, spec_key
 
     context = ray.train.get_context()
     device = ray.train.torch.get_device() if config["ctx"]["data_parallel"]["gpu"] > 0 else "cpu"
     ranks = Ranks.from_process_group(local_rank=context.get_local_rank(), device=str(device))
     os.environ.setdefault("OMP_NUM_THREADS", str(config["ctx"]["threads"]))
-    result = run_trial(config["trial"], with_node(config["ctx"]), KINDS[config["trial"]["kind"]], ranks)    # rank 0's node is the trial's
+    result = run_trial(
+        config["trial"], with_node(config["ctx"]), KINDS[config["trial"]["kind"]], ranks
+    )  # rank 0's node is the trial's
     if ranks.is_main:
         out_dir = Path(config["ctx"]["run_dir"]) / spec_key(config["trial"])
         atomic_write(out_dir / RESULT, json.dumps({**result, "workers": ranks.world, "backend": ranks.backend}))

@@ -75,8 +75,8 @@ def _check_ray_address(address: str) -> None:
 def _trainable(config: dict) -> None:
     from ray import tune
 
-    from harness.study.parallel import with_node
     from harness.study.kinds import KINDS
+    from harness.study.parallel import with_node
     from harness.trial import run_trial
     tune.report(run_trial(config["trial"], with_node(config["ctx"]), KINDS[config["trial"]["kind"]]))
 
@@ -346,8 +346,10 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
                          **tracking.row_headlines(parent_id)},
                         {"n_trials": len(study.trials), "n_failed": failed})
     print(f"{done} of {len(study.trials)} trials finished, {failed} failed; "
-          f"`python -m harness report --study {study.name} --profile {study.profile}{f' --name {name}' if name else ''}` "
-          f"writes reports/{'' if study.profile == 'tiny' else study.profile + '/'}{name + '/' if name else ''}{study.name}.md")
+          f"`python -m harness report --study {study.name} --profile "
+          f"{study.profile}{f' --name {name}' if name else ''}` "
+          f"writes reports/{'' if study.profile == 'tiny' else study.profile + '/'}{name + '/' if name else ''}"
+          f"{study.name}.md")
     view = share_view(tracking.uri, parent_id)
     print(f"browse: `mlflow ui --backend-store-uri {tracking.uri}`, then http://127.0.0.1:5000/{view} (the runs "
           f"table, this invocation's trials under its parent run; after `report`, the parent run's description "

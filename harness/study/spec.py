@@ -7,7 +7,8 @@ Resolution order for a row: preset -> base -> the profile's changes to the base 
 which rows may still override, e.g. checkpoint averaging in Table 3's tiny profile) -> row -> profile scale
 -> profile settings -> the profile's own overrides of that row (`profiles.<name>.rows`, e.g. the D rows'
 smaller training set) -> `run --set`. A profile may run only some of the study's rows
-(`profiles.<name>.only_rows`, e.g. a profile for a setting some rows cannot run in; or all but its `skip_rows`); `--rows` then chooses
+(`profiles.<name>.only_rows`, e.g. a profile for a setting some rows cannot run in; or all but its `skip_rows`);
+`--rows` then chooses
 among those.
 Everything wrong is refused here with the file, the key and what is allowed (UserError, exit 2).
 """

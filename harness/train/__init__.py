@@ -3,8 +3,15 @@ token-budget batches with gradient accumulation, checkpoints that resume exactly
 bf16 autocast on CUDA. `train` (loop.py) is used by `python -m harness train` and by study trials; it
 sets up the components (config, device, stream, checkpoint, log, compile, finish) and loops over them."""
 
-from harness.train.checkpoint import (CHECKPOINT_VERSION, Checkpointer, average_checkpoints, latest_readable_checkpoint,
-                         list_checkpoints, load_checkpoint, save_checkpoint)
+from harness.train.checkpoint import (
+                         CHECKPOINT_VERSION,
+                         Checkpointer,
+                         average_checkpoints,
+                         latest_readable_checkpoint,
+                         list_checkpoints,
+                         load_checkpoint,
+                         save_checkpoint,
+)
 from harness.train.compile import training_loss
 from harness.train.config import COMPILE_MODES, TRAIN_PRESETS, TrainConfig, learning_rate
 from harness.train.device import autocast_for, resolve_device

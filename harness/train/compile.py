@@ -6,9 +6,8 @@ from typing import Callable
 
 import torch
 
-from model import Seq2SeqModel
-
 from harness.train.config import TrainConfig
+from model import Seq2SeqModel
 
 
 def training_loss(model: Seq2SeqModel, cfg: TrainConfig, n_shapes: int = 0) -> Callable:

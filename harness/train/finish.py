@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 
 from harness.data.corpus import TOKENIZED_FORM, DataConfig
-from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.agreement import agreement_metrics
 from harness.eval.attention_stats import dev_attention_statistics
+from harness.eval.evaluate import evaluate, perplexity
 from harness.eval.extrapolation import length_metrics
 from harness.eval.heads import dev_trees, heads_probe
 from harness.eval.source_attention import source_attention_metrics

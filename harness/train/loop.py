@@ -15,19 +15,16 @@ from typing import Callable
 
 import torch
 
-from model import ModelConfig, Seq2SeqModel, build_model, count_parameters, with_settings
-from model.family import to_dict
-
+from harness.data.batching import ParallelData
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
-from harness.data.batching import ParallelData
-from harness.eval.bleu import tokenized_bleu
-from harness.eval.attention_stats import dev_attention_statistics
-from harness.eval.evaluate import perplexity, translate
-from harness.io import atomic_write, check_writable
 from harness.eval.agreement import check_agreement_data
+from harness.eval.attention_stats import dev_attention_statistics
+from harness.eval.bleu import tokenized_bleu
+from harness.eval.evaluate import perplexity, translate
 from harness.eval.extrapolation import check_length_data
 from harness.eval.heads import check_heads_data
+from harness.io import atomic_write, check_writable
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
@@ -38,6 +35,8 @@ from harness.train.finish import finish
 from harness.train.log import MetricsLog
 from harness.train.patience import Patience, window
 from harness.train.stream import BatchStream
+from model import ModelConfig, Seq2SeqModel, build_model, count_parameters, with_settings
+from model.family import to_dict
 
 # A hook is called after each step's backward pass and before the update: hook(step, loss_sum) returns the
 # loss sum to use (the fault hooks of harness/trial.py replace it, raise or end the process).

@@ -15,8 +15,6 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from model import ConfigError, ModelConfig, build_model, config_from_dict
-
 from harness.data.batching import ParallelData
 from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.corpus import TOKENIZED_FORM, DataConfig, Split, corpus_dir, split_paths, text_form
@@ -25,11 +23,12 @@ from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
 from harness.eval.agreement import agreement_metrics, check_agreement_data
-from harness.eval.evaluate import evaluate
 from harness.eval.bleu import lc_norm_tok
+from harness.eval.evaluate import evaluate
 from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
 from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
+from model import ConfigError, ModelConfig, build_model, config_from_dict
 
 
 def run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
@@ -41,10 +40,12 @@ def run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
         cfg = json.loads(path.read_text(encoding="utf-8"))
         return config_from_dict(cfg["model"]), TrainConfig(**cfg["train"]), DataConfig(**cfg["data"])
     except (ValueError, KeyError, TypeError, ConfigError) as err:
-        raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness wrote.") from None
+        raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness "
+                        "wrote.") from None
 
 
-def final_weights(run_dir: Path, average_last: int, checkpoint: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
+def final_weights(run_dir: Path, average_last: int,
+                  checkpoint: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
     """The run's final weights: the mean of its last `average_last` checkpoints (at least the last one); or
     the one checkpoint of step `checkpoint`, as the run kept it (a learning curve's point, scored on dev)."""
     kept = list_checkpoints(run_dir / "checkpoints")
@@ -56,7 +57,8 @@ def final_weights(run_dir: Path, average_last: int, checkpoint: int | None = Non
         paths = [p for p in kept if p == checkpoint_path(run_dir / "checkpoints", checkpoint)]
         if not paths:
             steps = ", ".join(str(checkpoint_step(p)) for p in kept)
-            raise UserError(f"--checkpoint {checkpoint}: {run_dir} kept no checkpoint of that step; it kept steps {steps}.")
+            raise UserError(f"--checkpoint {checkpoint}: {run_dir} kept no checkpoint of that step; it kept steps "
+                            f"{steps}.")
         return average_checkpoints(paths), paths
     paths = kept[-max(average_last, 1):]
     return average_checkpoints(paths), paths
@@ -125,7 +127,8 @@ def load_run(run_dir: Path, device: str = "auto", checkpoint: int | None = None,
     weights, paths = final_weights(run_dir, train_cfg.average_last, checkpoint)
     tokenizer = run_tokenizer(run_dir, model_cfg, data_cfg)
     if tokenizer.vocab_size != model_cfg.vocab_size:
-        raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model {model_cfg.vocab_size}; "
+        raise UserError(f"{run_dir}: its BPE model has {tokenizer.vocab_size} pieces but the model "
+                        f"{model_cfg.vocab_size}; "
                         "the run's training data changed since it ran.")
     dev = resolve_device(device)
     model = build_model(model_cfg).to(dev)

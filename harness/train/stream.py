@@ -19,8 +19,15 @@ import math
 import numpy as np
 import torch
 
-from harness.data.batching import (ParallelData, Prefetcher, bucket_batches, epoch_order, packed_batches,
-                             padding_fraction, token_batches)
+from harness.data.batching import (
+    ParallelData,
+    Prefetcher,
+    bucket_batches,
+    epoch_order,
+    packed_batches,
+    padding_fraction,
+    token_batches,
+)
 from harness.errors import UserError
 from harness.train.config import TrainConfig
 from harness.train.dist import SINGLE, Ranks
