@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+import yaml
+
 from harness.errors import UserError
 
 
@@ -86,3 +88,28 @@ def check_writable(path: Path, what: str, advice: str, keep: bool = True) -> Non
     except OSError as err:
         raise UserError(f"{what} {path} cannot be written ({err.strerror or type(err).__name__}); "
                         f"{advice}.") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping holding one key twice: PyYAML keeps the last silently, so two
+    `C5:` rows in a study file would run one of them without a word."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} appears twice in one mapping (line {seen[key] + 1} and line "
+                f"{key_node.start_mark.line + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml(text: str):
+    """yaml.safe_load, refusing duplicate keys (a yaml.YAMLError naming the key and both lines)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)      # noqa: S506 - a SafeLoader subclass: plain data only

@@ -6,6 +6,7 @@ parsed as YAML scalars and checked against the field's type; unknown keys get a 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -28,6 +29,9 @@ def _fields(cls: type | None) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def _check_type(key: str, value: Any, hint: Any) -> Any:
     origin = get_origin(hint)
     if origin is Literal:
@@ -48,6 +52,8 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
             raise UserError(f"{key} must be an integer, got {value!r}.")
         return value
     if hint is float:
+        if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+            value = float(value)    # YAML 1.1 reads 1e-3 (no dot) as a string; it is the number users mean
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{key} must be a number, got {value!r}.")
         return float(value)

@@ -107,6 +107,10 @@ BAD = {
     "not_divisible": ("A1: {n_heads: 1, d_k: 512, d_v: 512}", "A1: {n_heads: 7}", "not divisible by n_heads=7"),
     "bad_scale": ("n_layers: 0.5, steps", "n_layers: -1, steps", "must be a positive number"),
     "bad_profile_seeds": ("    seeds: [0]               #", "    seeds: [zero]            #", "profiles.tiny.seeds"),
+    # PyYAML keeps the last of two equal keys without a word: the study would run one C5 row of the two
+    "duplicate_row": ("  C5: {d_model: 1024, d_k: 128, d_v: 128}\n",
+                      "  C5: {d_model: 1024, d_k: 128, d_v: 128}\n  C5: {d_model: 768, d_k: 96, d_v: 96}\n",
+                      "the key 'C5' appears twice in one mapping (line 27 and line 28)"),
 }
 
 
@@ -144,6 +148,15 @@ def test_profiles_name_their_default_seeds():
     assert load_study(modern, "tiny", seeds=[5]).seeds == [5]
     assert load_study(modern, "paper").seeds == [0]
     assert load_study(ROOT / "studies" / "table3.yaml", "tiny").seeds == [0]
+
+
+def test_set_takes_a_number_in_any_notation():
+    """YAML 1.1 reads 1e-3 (no dot) as a string; a float setting takes it as the number it is."""
+    from harness import overrides
+    assert overrides.parse_sets(["train.lr=1e-3", "lr_scale=2E0", "train.clip_norm=.5"])["train"] == \
+        {"lr": 0.001, "lr_scale": 2.0, "clip_norm": 0.5}
+    with pytest.raises(UserError, match="train.lr must be a number, got '1e-3x'"):
+        overrides.parse_sets(["train.lr=1e-3x"])
 
 
 def test_run_set_is_laid_over_every_row_after_the_profile():

@@ -31,8 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from harness.io import load_yaml
 from harness.report.shares import fade_per_run, positions
 
 CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
@@ -112,7 +112,7 @@ class Claim:
 @lru_cache(maxsize=1)
 def load_claims() -> tuple[Claim, ...]:
     """Every claim of claims.yaml, checked: a wrong key or value names the claim and what is allowed."""
-    raw = yaml.safe_load(CLAIMS.read_text(encoding="utf-8"))
+    raw = load_yaml(CLAIMS.read_text(encoding="utf-8"))
     out = []
     for i, item in enumerate(raw["claims"]):
         where = f"{CLAIMS}: claim {item.get('id', i)}"

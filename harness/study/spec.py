@@ -23,6 +23,7 @@ import yaml
 
 from harness import overrides
 from harness.errors import UserError, suggest
+from harness.io import load_yaml
 from harness.paper import load_tables
 from harness.trial import Trial
 
@@ -129,7 +130,7 @@ def read_study_file(path: str | Path, kinds) -> StudyFile:
     if not path.is_file():
         raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"{path} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
     chk = Checker(path)
@@ -279,7 +280,7 @@ def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) 
     if not target.is_file():
         chk.fail(f"{where}.include", f"{file} does not exist next to {chk.path.name}.")
     try:
-        other = yaml.safe_load(target.read_text(encoding="utf-8"))
+        other = load_yaml(target.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise UserError(f"{target} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
     sub = Checker(target)
