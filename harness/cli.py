@@ -496,12 +496,121 @@ def _add_bench(sub) -> None:
     be.set_defaults(func=_cmd_bench)
 
 
+LISTABLE = ("studies", "profiles", "rows", "claims", "settings")
+
+
+def _study_files() -> list[Path]:
+    root = Path(__file__).resolve().parents[1] / "studies"
+    return sorted(root.glob("*.yaml")) if root.is_dir() else []
+
+
+def _study_path(name: str) -> Path:
+    """A study file from its path or its name (table3, studies/table3.yaml)."""
+    from harness.errors import suggest
+    path = Path(name)
+    if path.is_file():
+        return path
+    names = {p.stem: p for p in _study_files()}
+    if name in names:
+        return names[name]
+    raise UserError(f"no study {name!r}{suggest(name, list(names))}; the studies: {', '.join(names)}.")
+
+
+def _cmd_list(args) -> int:
+    """What the harness holds, one line each: studies, a study's profiles or rows, claims, --set settings."""
+    import dataclasses
+
+    from harness import overrides
+    from harness.io import load_yaml
+    from harness.study.kinds import load_study
+    what = args.what
+    if what in ("profiles", "rows") and not args.study:
+        raise UserError(f"`list {what}` names a study: e.g. `python -m harness list {what} table3`.")
+    if what == "studies":
+        for path in _study_files():
+            raw = load_yaml(path.read_text(encoding="utf-8"))
+            print(f"{path.stem:<16} kind {raw.get('kind', 'train'):<9} table {raw.get('table') or '-':<8} "
+                  f"profiles: {', '.join(raw.get('profiles', {}))}")
+    elif what == "profiles":
+        raw = load_yaml(_study_path(args.study).read_text(encoding="utf-8"))
+        for name in raw.get("profiles", {}):
+            study = load_study(_study_path(args.study), name)
+            needs = ", ".join(k for k, v in study.requires.items() if v) or "nothing"
+            print(f"{name:<12} {len(study.rows):>3} rows, seeds {','.join(map(str, study.seeds))}, "
+                  f"{len(study.trials)} trials; needs {needs}")
+    elif what == "rows":
+        raw = load_yaml(_study_path(args.study).read_text(encoding="utf-8"))
+        study = load_study(_study_path(args.study), args.profile)
+        print(f"{study.name}, profile {study.profile} (each row is an override of the base):")
+        for row in study.rows:
+            print(f"  {row:<14} {json.dumps(raw['rows'].get(row) or {})}")
+    elif what == "claims":
+        from harness.report.claims import load_claims
+        for c in load_claims():
+            if args.study and c.study != args.study:
+                continue
+            bound = (f" above {c.target:g}" if c.expect == "above" else
+                     f" within ±{c.margin:g}" if c.expect in ("equivalent", "value") else "")
+            against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
+            print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {c.expect}{bound}")
+    else:
+        for section in overrides.SECTIONS:
+            if args.study and args.study != section:
+                continue
+            cls = overrides.SECTIONS[section]
+            defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
+            for name, hint in overrides._fields(cls).items():
+                shown = getattr(hint, "__name__", str(hint).replace("typing.", ""))
+                default = f" (default {defaults[name]!r})" if name in defaults else ""
+                print(f"{section}.{name:<28} {shown}{default}")
+    return 0
+
+
+def _add_list(sub) -> None:
+    ls = sub.add_parser("list", help="list the studies, a study's profiles or rows, the claims, or the --set settings")
+    ls.add_argument("what", choices=LISTABLE,
+                    help="studies | profiles STUDY | rows STUDY [--profile P] | claims [STUDY] | "
+                         "settings [model|train|data]")
+    ls.add_argument("study", nargs="?", default=None,
+                    help="the study (a name such as table3, or a file); for settings, the section")
+    ls.add_argument("--profile", default=None, help="with rows: the profile (the study's default when left out)")
+    ls.set_defaults(func=_cmd_list)
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, where it has one the help does not already state (None, False and
+    empty lists say nothing)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text.lower() or action.default in (None, False, [], argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every command's help shows each option's default (_DefaultsFormatter)."""
+    parser.formatter_class = _DefaultsFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _show_defaults(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import importlib.metadata
     parser = argparse.ArgumentParser(prog="python -m harness",
                                      description="Regenerate the tables of 'Attention Is All You Need'.")
+    try:
+        version = importlib.metadata.version("attention-harness")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    parser.add_argument("--version", action="version", version=f"attention-harness {version}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_data, _add_train, _add_run, _add_report, _add_evaluate, _add_probes, _add_bench):
+    for add in (_add_data, _add_train, _add_run, _add_report, _add_evaluate, _add_probes, _add_bench, _add_list):
         add(sub)
+    _show_defaults(parser)
     return parser
 
 

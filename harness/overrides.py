@@ -79,7 +79,7 @@ def resolve_key(key: str) -> tuple[str, str]:
     if not owners:
         every = [n for cls in SECTIONS.values() for n in _fields(cls)]
         hint = suggest(key, every)
-        raise UserError(f"unknown setting {key!r}{hint}; see `python -m harness train --help` for the settings.")
+        raise UserError(f"unknown setting {key!r}{hint}; `python -m harness list settings` lists them.")
     return owners[0], key
 
 

@@ -219,3 +219,35 @@ def test_the_step_split_puts_each_operator_in_its_part():
     assert part_of("aten::native_layer_norm") == "norms"
     assert part_of("aten::_fused_adam_") == "optimizer"
     assert part_of("aten::add_") is None and OTHER
+
+
+def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
+    code, out, _ = run(capsys, "list", "studies")
+    assert code == 0 and any(ln.startswith("table3 ") and "multi30k" in ln for ln in out.splitlines())
+    code, out, _ = run(capsys, "list", "profiles", "table3")
+    assert code == 0 and "multi30k      20 rows, seeds 0,1,2, 60 trials; needs data" in out
+    code, out, _ = run(capsys, "list", "rows", "table3", "--profile", "tiny")
+    assert code == 0 and '  A1             {"n_heads": 1, "d_k": 512, "d_v": 512}' in out and "Dbase" in out
+    code, out, _ = run(capsys, "list", "claims", "transformer_tiny")
+    assert code == 0 and out.split() == ["transformer_tiny_reaches_published", "transformer_tiny",
+                                         'test_bleu_tok_lc:', '"tiny"', "above", "above", "41"]
+    code, out, _ = run(capsys, "list", "settings", "train")
+    assert code == 0 and "train.patience" in out and "train.lr_scale                     float (default 1.0)" in out
+    code, out, _ = run(capsys, "list", "settings")
+    assert "model.n_heads" in out and "data.name" in out
+    # a study that does not exist, or none where one is needed: one sentence
+    code, _, err = run(capsys, "list", "rows", "tabel3")
+    assert code == 2 and "no study 'tabel3' (did you mean table3?)" in one_sentence_error(err)
+    code, _, err = run(capsys, "list", "profiles")
+    assert code == 2 and "`list profiles` names a study" in one_sentence_error(err)
+
+
+def test_version_and_defaults_in_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("attention-harness ")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: cpu_d128)" in text and "(default: synth)" in text
+    assert "(default: None)" not in text and "(default: tiny when it has one)" in text
