@@ -372,3 +372,38 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
     assert "not comparable with the paper's newstest2014" in text and "trained on the made-up corpus" not in text
     assert ("- `model.vocab_size`: 8000 (paper 37000) in base, big, gnmt, convs2s; 8000 (paper 32000) in base_enfr, "
             "big_enfr") in text
+
+
+def test_a_run_on_the_tokenized_form_reports_its_bleu_tok_lc_beside_the_literature_and_the_registered_claim(tmp_path):
+    """studies/transformer_tiny.yaml: one row trained on Multi30K's lc.norm.tok text, so it has BLEU tok lc and
+    no sacreBLEU or paper BLEU; Table 2's layout shows it beside Wu et al.'s 41.02, with its threshold claim."""
+    from pathlib import Path
+
+    from harness.study.departures import departures_tag
+    from harness.study.kinds import load_study
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("transformer_tiny", artifact_location=(tmp_path / "mlruns").as_uri())
+    study = load_study(Path(__file__).parents[1] / "studies" / "transformer_tiny.yaml", "multi30k")
+    parent = client.create_run(exp, start_time=T0, tags={
+        "study": "transformer_tiny", "version": "1", "profile": "multi30k", "git_sha": SHA, "git_dirty": "False",
+        "kind": "study", "hardware": "2 CPU cores (test)", "table": "table2", "started": "2026-12-05T12:00:00",
+        "command": "python -m harness run studies/transformer_tiny.yaml --profile multi30k",
+        "paper_costs": json.dumps(training_costs()), **departures_tag(study)}).info.run_id
+    client.log_batch(parent, params=[Param("rows", "tiny"), Param("seeds", "1")])
+    params = {"model.n_layers": 4, "model.d_model": 128, "model.d_ff": 256, "model.n_heads": 4, "model.p_drop": 0.3,
+              "train.average_last": 10, "train.seed": 1, "data.name": "data/multi30k-en-de-tok"}
+    ms = [(k, v, 5000) for k, v in {"test_bleu_tok_lc": 40.5, "dev_bleu_tok_lc": 41.2, "dev_ppl": 5.0,
+                                     "test_ppl": 5.4, "params": 2.6e6, "steps": 5000, "train_seconds": 9000.0,
+                                     "averaged_checkpoints": 10, "stopped_by_rule": 1.0, "best_step": 4380}.items()]
+    trial(client, exp, parent, 0, "tiny", 1, "train", "FINISHED", params, ms, {"device": "cpu"})
+    finish(client, parent, 1, 0)
+    write_report("transformer_tiny", tmp_path / "reports", uri)
+    text = (tmp_path / "reports" / "multi30k" / "transformer_tiny.md").read_text(encoding="utf-8")
+    lit = text.split("## Beside the literature (Multi30K)")[1].split("## ")[0]
+    assert "| **tiny** (ours) | EN-DE | test_2016_flickr | 40.50 | – |" in lit
+    assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
+    assert "stopped by the rule at step 5000 (best 4380)" in text
+    assert "- not a setting: BPE: sentencepiece's BPE with 10,000 pieces" in text
+    claim = next(ln for ln in text.splitlines() if ln.startswith("| `transformer_tiny_reaches_published`"))
+    assert "tiny: 40.5 against 41" in claim and "**inconclusive**" in claim     # one seed: no interval

@@ -331,7 +331,8 @@ def row_departures(tags: dict) -> dict[str, dict[str, tuple]]:
         items = json.loads(tags.get("departures", "[]"))
     except ValueError:
         return {}
-    return {d["key"]: {row: (v["ours"], v["paper"]) for v in d["values"] for row in v["rows"]} for d in items}
+    return {d["key"]: {row: (v["ours"], v["paper"]) for v in d["values"] for row in v["rows"]} for d in items
+            if "key" in d}      # a departure_notes line is no setting of a row
 
 
 def _departs_unlike(x: tuple | None, y: tuple | None) -> bool:

@@ -207,7 +207,9 @@ def multi30k_section(table: pd.DataFrame) -> list[str]:
     lines = ["This invocation trained on Multi30K task 1 (29,000 image descriptions; dev = val, test = "
              "test_2016_flickr, 1,000 sentences), not WMT14: its BLEU is not comparable with the paper's newstest2014 "
              "BLEU. BLEU is given both ways: sacreBLEU on the detokenized text (its signature above), and the "
-             f"multimodal-MT literature's `BLEU tok lc`: {lit['bleu_tok_lc']}. `python -m harness evaluate RUN_DIR "
+             f"multimodal-MT literature's `BLEU tok lc`: {lit['bleu_tok_lc']}. A row trained on that lowercased "
+             "tokenized form (`data prepare multi30k --form lc.norm.tok`) has BLEU tok lc only (its output is "
+             "tokenized text, which sacreBLEU does not score). `python -m harness evaluate RUN_DIR "
              "--data DIR --split test_2017_flickr` scores a finished row on the second test set.", "",
              "## Beside the literature (Multi30K)", ""]
     body = [[f"**{r['row']}** (ours)", r["pair"], "test_2016_flickr",
