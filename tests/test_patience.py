@@ -74,6 +74,24 @@ def test_a_run_stops_after_patience_evaluations_and_is_scored_at_its_best(tmp_pa
     assert metrics["dev_ppl_last"] != pytest.approx(metrics["dev_ppl"], rel=1e-6)
 
 
+def test_a_run_resumed_after_the_rule_stopped_it_stops_again_and_evaluate_scores_its_window(
+        tmp_path, data_cfg, dataset, scripted_dev):
+    # Killed while finishing (after the stop's checkpoint): run again, it restores the stopped rule and goes
+    # straight to the finish; no evaluation is asked of the scripted curve, which is empty.
+    from harness.train.rescore import final_weights
+    curve, seen = scripted_dev
+    curve.extend([9.0, 7.0, 6.0, 6.2, 6.1])
+    run = tmp_path / "run"
+    first = train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
+    (run / "metrics.json").unlink()
+    again = train(MODEL, RULE, data_cfg, run, quiet=True, dataset=dataset)
+    assert len(seen) == 5 and again["steps"] == first["steps"] == 10 and again["dev_ppl"] == first["dev_ppl"]
+    assert again["scored_checkpoints"] == "4,6" and again["text_form"] == "raw"
+    # `evaluate` reads the same window back, not the newest checkpoints (8 and 10)
+    _, paths = final_weights(run, RULE.average_last)
+    assert [p.name for p in paths] == ["step_00000004.pt", "step_00000006.pt"]
+
+
 def test_a_run_still_improving_hits_the_budget_and_says_so(tmp_path, data_cfg, dataset, scripted_dev):
     curve, seen = scripted_dev
     curve.extend([9.0, 8.0, 7.0, 6.0, 5.0, 4.0])     # better at every evaluation, the last step's included
@@ -119,5 +137,7 @@ def test_the_plateau_schedule_shrinks_the_rate_when_dev_stalls(tmp_path, data_cf
 def test_the_rule_is_refused_without_evaluations_or_with_an_unknown_window():
     with pytest.raises(UserError, match="train.patience 3 counts dev evaluations: set train.eval_every"):
         TrainConfig(patience=3).validate()
+    with pytest.raises(UserError, match="a checkpoint by time would join that window"):
+        TrainConfig(eval_every=5, patience=3, average_last=5, checkpoint_minutes=10).validate()
     with pytest.raises(UserError, match="train.average_at 'first' is not known; use one of best, last"):
         TrainConfig(eval_every=5, patience=3, average_at="first").validate()

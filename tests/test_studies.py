@@ -523,7 +523,7 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     # Each trial's CPU time: its loop and final evaluation, times its threads (2 here)
     for r in children:
         m = client.get_run(r.info.run_id).data.metrics
-        assert m["cpu_seconds"] == pytest.approx(2 * m["trial_wall_seconds"]) and m["trial_wall_seconds"] > 0
+        assert m["cpu_seconds"] == pytest.approx(2 * m["trial_wall_seconds"], rel=1e-3) and m["trial_wall_seconds"] > 0
 
 
 def test_overhead_account_splits_slot_time():
@@ -568,7 +568,8 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
              for d in departures(t2)}
     en_de = ["base", "big", "gnmt", "convs2s"]          # the rivals train on EN-DE
     assert found["model.vocab_size"] == {("8000", "37000"): en_de, ("8000", "32000"): ["base_enfr", "big_enfr"]}
-    assert found["train.steps"][("2000", "300000")] == ["big", "big_enfr"]       # big trains the base's steps
+    assert found["train.steps"][("12000", "300000")] == ["big", "big_enfr"]     # big has the base's budget
+    assert found["train.patience"] == {("5", "0"): ["base", "big", "base_enfr", "big_enfr", "gnmt", "convs2s"]}
     assert found["data.name"][('"data/multi30k-en-de"', '"data/wmt14-en-de"')] == en_de
     assert "model.p_drop" not in found and "train.log_every" not in found       # as the paper / operational only
     assert found["model.n_layers"] == {("3", "6"): ["base", "big", "base_enfr", "big_enfr"]}   # the Transformers'
@@ -586,8 +587,8 @@ def test_departures_from_the_paper_are_generated_from_the_study_file():
     assert len(tag) < 8000 and json.loads(tag)
     lines = departure_lines({"departures": departures_tag(t2)["departures"]}, ",".join(t2.rows))
     assert "- `model.n_layers`: 3 (paper 6) in base, big, base_enfr, big_enfr" in lines     # the rivals have none
-    assert "- `train.steps`: 2000 (paper 100000) in base, base_enfr, convs2s; 2000 (paper 300000) in big, big_enfr; " \
-        "2000 (paper 340000) in gnmt" in lines
+    assert "- `train.steps`: 12000 (paper 100000) in base, base_enfr, convs2s; 12000 (paper 300000) in big, " \
+        "big_enfr; 12000 (paper 340000) in gnmt" in lines
     assert "- `train.max_tokens`: 2048 (paper 25000)" in lines        # every row: no row list
 
 
@@ -631,20 +632,17 @@ def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data.lexicon_seed == 3
 
 
-def test_table3_multi30k_profile_runs_every_claim_row_with_two_seeds_on_the_real_pair():
-    from harness.report.claims import claims_for
+def test_table3_multi30k_profile_runs_every_row_with_three_seeds_until_val_stops_improving():
     t3 = load_study(ROOT / "studies" / "table3.yaml", "multi30k")
-    read = set()
-    for c in claims_for("table3"):
-        for side in (c.a, c.b):
-            read |= {side} if isinstance(side, str) else set(next(iter(side.values())))
-    assert read - {"Dbase"} == set(t3.rows) and "Dbase" not in t3.rows     # every row a claim reads, no more
-    assert sorted({t.seed for t in t3.trials}) == [0, 1] and len(t3.trials) == 2 * len(t3.rows)
+    every = set(load_study(ROOT / "studies" / "table3.yaml", "paper").rows)
+    assert set(t3.rows) == every and "Dbase" not in t3.rows       # every row (Dbase would be the base here)
+    assert sorted({t.seed for t in t3.trials}) == [0, 1, 2] and len(t3.trials) == 3 * len(t3.rows)
     by = {t.row: t for t in t3.trials if t.seed == 0}
     assert {t.data.name for t in t3.trials} == {"data/multi30k-en-de"}
-    assert by["base"].model.d_model == 64 and by["base"].model.n_layers == 3
-    assert by["big"].train.steps == by["base"].train.steps == 2000 and by["big"].model.d_model == 128
+    assert by["base"].model.d_model == 64 and by["base"].model.n_layers == 3 and by["base"].model.vocab_size == 4000
+    assert by["big"].train.steps == by["base"].train.steps == 30000 and by["big"].model.d_model == 128
     assert by["base"].train.average_last == 0 and by["base"].train.lr_scale == 1.0
+    assert (by["base"].train.patience, by["base"].train.eval_every) == (5, 500)
 
 
 def test_a_trial_is_typed_and_becomes_plain_data_only_at_the_ray_boundary():

@@ -422,12 +422,26 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     return "; ".join(notes)
 
 
+MAIN_PROFILES = ("tiny", "", None)
+
+
+def report_folder(parent: dict) -> str:
+    """Where an invocation's report goes below reports/: the main (tiny) profile's at the top, as before;
+    any other profile's in a folder named after it, so that reports/table2.md (the made-up corpus) and
+    reports/multi30k/table2.md (Multi30K) stand side by side; a named invocation's (`run --name corpus2`) in
+    a folder of that name below its profile's (reports/corpus2/table3.md)."""
+    profile = parent["tags"].get("profile") or parent["params"].get("profile")
+    folder = Path("." if profile in MAIN_PROFILES else str(profile))
+    variant = parent["tags"].get(tracking.VARIANT_TAG, "")
+    return (folder / variant if variant else folder).as_posix()
+
+
 def late_changes_section(parent: dict | None) -> list[str]:
     """For a layout that scores a test set: every setting of this profile changed after a committed report had
     shown a test figure of it (from git, harness/report/registration.py), so that a reader can tell settings
     chosen on dev alone from settings changed once a test figure was known."""
     tags = (parent or {}).get("tags", {})
-    path, profile = tags.get("study_file", ""), tags.get("profile", "")
+    path, profile, study = tags.get("study_file", ""), tags.get("profile", ""), tags.get("study", "")
     if not path or not profile or profile == "paper":
         return []
     rel = Path(path).resolve()
@@ -435,8 +449,12 @@ def late_changes_section(parent: dict | None) -> list[str]:
         rel = rel.relative_to(_REGISTRATION_ROOT.resolve())
     except ValueError:
         rel = Path(path)
-    changes = late_profile_changes(rel.as_posix(), profile)
+    report = (Path("reports") / report_folder(parent) / f"{study}.md").as_posix()
+    changes = late_profile_changes(rel.as_posix(), profile, report)
     head = ["## Settings changed after a test figure of this profile existed", ""]
+    if changes is None:
+        return head + ["Unknown: this report was not made in a git checkout of the project, so when its profile's "
+                       "settings changed cannot be computed.", ""]
     if not changes:
         return head + [f"None: no setting of the `{profile}` profile changed after a committed report first showed "
                        "its test figures (computed from git).", ""]

@@ -73,6 +73,23 @@ def _is_ancestor(root: str, older: str, newer: str) -> bool | None:
     return done.returncode == 0
 
 
+_MISSING = object()
+
+
+@lru_cache(maxsize=4096)
+def _definition_at(root: str, path: str, sha: str, claim_id: str):
+    """The claim's definition in the claims file at commit `sha` (None: the file or the claim is not there;
+    _MISSING: no such commit here)."""
+    if _git(root, "cat-file", "-e", f"{sha}^{{commit}}") is None:
+        return _MISSING
+    text = _git(root, "show", f"{sha}:{path}")
+    try:
+        entries = (yaml.safe_load(text or "") or {}).get("claims") or []
+    except yaml.YAMLError:
+        return None
+    return next((definition(e) for e in entries if isinstance(e, dict) and e.get("id") == claim_id), None)
+
+
 @lru_cache(maxsize=1024)
 def _first_shown(root: str, claim_id: str, head: str | None) -> str | None:
     """The first commit whose reports/ show this claim (its id in a claims table)."""
@@ -107,19 +124,25 @@ def registration(claim_id: str, run_shas: set[str], dirty: bool = False, root: P
         since = sha
     short = since[:7]
     shas = {s for s in run_shas if s and s != "unknown"}
-    ancestry = {_is_ancestor(str(root), since, s) for s in shas}
-    if not shas or None in ancestry:
+    # Registered where the code each run ran already held the claim as it is defined now: its definition in
+    # claims.yaml at the run's own commit (robust to merges and to history that is not a line).
+    held = [_definition_at(str(root), path, s, claim_id) for s in shas]
+    if not shas or _MISSING in held:
         status = f"unknown: the runs' commit is not in this repository (claim defined at {short})"
     elif dirty:
         status = f"unknown: the runs ran from uncommitted changes (claim defined at {short})"
-    elif ancestry == {True}:
+    elif all(d == current for d in held):
         status = f"registered ({short})"
     else:
         status = f"written after these runs' figures (commit {short})"
-    # The commits that changed the definition (not its first appearance), and which of them came after a
-    # committed report had shown the claim's verdict.
-    changes = [sha for (_, before), (sha, defs) in zip(history, history[1:])
-               if claim_id in before and claim_id in defs and before[claim_id] != defs[claim_id]]
+    # The commits that changed the definition (not its first appearance; a claim removed and brought back
+    # differently counts too), and which of them came after a committed report had shown the claim's verdict.
+    changes, last = [], None
+    for sha, defs in history:
+        if claim_id in defs:
+            if last is not None and defs[claim_id] != last:
+                changes.append(sha)
+            last = defs[claim_id]
     shown = _first_shown(str(root), claim_id, head) if changes else None
     late = [sha for sha in changes if shown and sha != shown and _is_ancestor(str(root), shown, sha)]
     if late:
@@ -160,28 +183,40 @@ def _row_of(key: str) -> str | None:
     return None
 
 
-def late_profile_changes(study_file: str, profile: str, root: Path = ROOT) -> list[str]:
-    """Every setting of `profile` in `study_file` (a path relative to the checkout) changed after a committed
-    report had shown a test figure of that profile: one line each, with the commits ([] when none, or
-    without git). The first such report is the first commit of reports/ naming the study file and profile in
-    its command; callers are the layouts that score a test set."""
+def _rows_named(text: str | None, profile: str) -> set[str]:
+    """The rows a study file names at the top and in the profile's own `rows` (empty rows included)."""
+    try:
+        raw = yaml.safe_load(text or "") or {}
+    except yaml.YAMLError:
+        return set()
+    prof = (raw.get("profiles") or {}).get(profile) or {}
+    return set(raw.get("rows") or {}) | set(prof.get("rows") or {})
+
+
+# Profile keys that decide nothing of what a row trains or scores (they say where it runs or what it needs).
+_NOT_SETTINGS = ("profile.resources", "profile.requires", "profile.departure_notes", "profile.description")
+
+
+def late_profile_changes(study_file: str, profile: str, report: str, root: Path = ROOT) -> list[str] | None:
+    """Every setting of `profile` in `study_file` (a path relative to the checkout) changed after the report at
+    `report` (reports/[FOLDER/]STUDY.md; its layout scores a test set) was first committed: one line each, with
+    the commits; [] when none; None where git cannot tell (not a checkout of the project)."""
     root_s = str(root)
-    head = _head(root_s)
-    if head is None:
-        return []
-    log = _git(root_s, "log", "--format=%H", "--reverse", "-S", f"{study_file} --profile {profile}", "--", "reports")
+    if _head(root_s) is None or _git(root_s, "ls-files", "--error-unmatch", study_file) is None:
+        return None
+    log = _git(root_s, "log", "--format=%H", "--reverse", "--", report)
     first = log.split()[0] if log and log.split() else None
     if first is None:
         return []
     commits = (_git(root_s, "log", "--format=%H", "--reverse", f"{first}..HEAD", "--", study_file) or "").split()
-    before = _profile_view(_git(root_s, "show", f"{first}:{study_file}"), profile)
-    shown_rows = {_row_of(k) for k in before} - {None}      # rows added later had no test figure to see
+    text = _git(root_s, "show", f"{first}:{study_file}")
+    before, shown_rows = _profile_view(text, profile), _rows_named(text, profile)   # later rows had no test figure
     lines = []
     for sha in commits:
         after = _profile_view(_git(root_s, "show", f"{sha}:{study_file}"), profile)
         added = set()
         for key in sorted(set(before) | set(after)):
-            if before.get(key) == after.get(key):
+            if before.get(key) == after.get(key) or key.startswith(_NOT_SETTINGS):
                 continue
             row = _row_of(key)
             if row is not None and row not in shown_rows:

@@ -18,7 +18,7 @@ from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, table1, table2, table3, table4
-from harness.report.common import _PROVENANCE, load_results
+from harness.report.common import _PROVENANCE, load_results, report_folder
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
@@ -45,20 +45,6 @@ def writer_for(parent: dict, study: str) -> Writer:
 # Profiles whose reports are kept apart from the made-up corpus's (reports/<profile>/<study>.md): each trains
 # on real text, and a profile of another name (paper, gpu) gets a folder of its own too.
 REAL_DATA_PROFILES = ("multi30k", "wsj-sample")
-MAIN_PROFILES = ("tiny", "", None)
-
-
-def report_folder(parent: dict) -> str:
-    """Where an invocation's report goes below reports/: the main (tiny) profile's at the top, as before;
-    any other profile's in a folder named after it, so that reports/table2.md (the made-up corpus) and
-    reports/multi30k/table2.md (Multi30K) stand side by side; a named invocation's (`run --name corpus2`) in
-    a folder of that name below its profile's (reports/corpus2/table3.md)."""
-    profile = parent["tags"].get("profile") or parent["params"].get("profile")
-    folder = Path("." if profile in MAIN_PROFILES else str(profile))
-    variant = parent["tags"].get(tracking.VARIANT_TAG, "")
-    return (folder / variant if variant else folder).as_posix()
-
-
 def write_index(out_dir: Path) -> Path:
     """reports/README.md: every <study>.md present in out_dir (and in a profile's folder below it) with its
     provenance line."""

@@ -105,7 +105,7 @@ class Checkpointer:
         loop's wall time with its evaluations and checkpoints, over every process that trained the run)."""
         state = latest_readable_checkpoint(self.dir)
         if state is None:
-            return 0, {"train_seconds": 0.0, "tokens_seen": 0, "wall_seconds": 0.0}
+            return 0, {"train_seconds": 0.0, "tokens_seen": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0}
         self.rule_state = state.get("rule")
         if state.get("version") != CHECKPOINT_VERSION or _named(state.get("config")) != _named(self.config):
             raise UserError(f"checkpoint {list_checkpoints(self.dir)[-1]} was written by another config or "
@@ -120,7 +120,8 @@ class Checkpointer:
         elif self.ranks.is_main:         # written by another number of ranks: rank 0's stream carries on
             set_rng_state(state["rng"], self.device)
         return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"],
-                               "wall_seconds": state.get("wall_seconds", state["train_seconds"])}
+                               "wall_seconds": state.get("wall_seconds", state["train_seconds"]),
+                               "cpu_seconds": state.get("cpu_seconds", 0.0)}
 
     def save(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None) -> None:
         """Write the state after `step`; stream_state is the stream's state_dict (epoch, position), rule the
@@ -133,6 +134,7 @@ class Checkpointer:
             "optimizer": opt.state_dict(), "step": step, "epoch": stream_state["epoch"],
             "position": stream_state["position"], "train_seconds": clock["train_seconds"],
             "wall_seconds": clock.get("wall_seconds", clock["train_seconds"]),
+            "cpu_seconds": clock.get("cpu_seconds", 0.0),
             "tokens_seen": clock["tokens_seen"], "rng": rngs[0],
             **({"rank_rng": rngs} if self.ranks.world > 1 else {}), **({"rule": rule} if rule else {})})
         self.prune(self.keep)

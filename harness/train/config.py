@@ -147,6 +147,10 @@ class TrainConfig:
         if self.patience and not self.eval_every:
             raise UserError(f"train.patience {self.patience} counts dev evaluations: set train.eval_every to the "
                             "steps between them (e.g. one epoch's).")
+        if self.patience and self.average_last > 1 and self.checkpoint_minutes:
+            raise UserError("train.patience averages the average_last checkpoints taken every checkpoint_every steps; "
+                            "a checkpoint by time would join that window at a step set by the clock: set "
+                            "train.checkpoint_minutes 0.")
         if self.average_at not in AVERAGE_AT:
             raise UserError(f"train.average_at {self.average_at!r} is not known; use one of {', '.join(AVERAGE_AT)}.")
         if self.pack and self.shape_buckets:

@@ -59,6 +59,8 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         averaged = len(chosen)
     if chosen:
         last_metrics.update({"scored_from_step": chosen[0], "scored_to_step": chosen[-1]})
+    # Which weights were scored, for `evaluate` to score the same ones later (a string: an MLflow tag)
+    last_metrics["scored_checkpoints"] = ",".join(map(str, chosen))
     metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
     if cfg.eval_test:
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
@@ -100,14 +102,16 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     averaged = metrics.pop("averaged_checkpoints")
     run = dict(run)
     stopped = run.pop("stopped_by_time")
-    trial_wall = run.get("loop_seconds", 0.0) + time.perf_counter() - t_eval
+    eval_wall = time.perf_counter() - t_eval
+    trial_wall = run.get("loop_seconds", 0.0) + eval_wall
+    trial_cpu = run.pop("loop_cpu_seconds", 0.0) + eval_wall * torch.get_num_threads()
     metrics.update(run)
     metrics.update({
         "compiled_graphs": compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
         "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,
         # what the trial cost, across interruptions: the loop's wall time and the final evaluation's, and that
         # times the threads it ran on (CPU seconds; the study's CPU-hours are their sum)
-        "trial_wall_seconds": trial_wall, "cpu_seconds": trial_wall * torch.get_num_threads(),
+        "trial_wall_seconds": trial_wall, "cpu_seconds": trial_cpu, "text_form": data.info.get("form", "raw"),
         "device": str(device), "vocab_size": data.tokenizer.vocab_size, "bleu_tok_lang": data.tgt_lang,
         "bleu_tok_moses": str(cfg.bleu_moses),
         "dev_truncated": data.dev.data.truncated, "train_examples": len(train_data),

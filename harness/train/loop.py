@@ -157,10 +157,13 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                      max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main,
                      eval_last=rule is not None).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
-    stop_now = False       # the rule's decision, rank 0's on every rank
+    # The rule's decision, rank 0's on every rank; a run resumed from the checkpoint at which the rule had already
+    # stopped it (killed while finishing) stops again at once instead of training on.
+    stop_now = bool(rule) and rule.exhausted
     # The loop's wall time (steps, evaluations, checkpoints) summed over every process that trained this run:
     # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
     wall_before, t_loop = clock.get("wall_seconds", 0.0), time.perf_counter()
+    cpu_before, cores = clock.get("cpu_seconds", 0.0), torch.get_num_threads() * ranks.world
     attn_stats = lambda: dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences,  # noqa: E731
                                                   device, cfg.label_smoothing)
     if cfg.attention_stats_sentences and ranks.is_main and step == 0:     # the initialisation's (§3.2.1)
@@ -188,7 +191,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                 dev_ppl = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
                 log.record(step, {"dev_ppl": dev_ppl, **(attn_stats() if cfg.attention_stats_sentences else {})})
                 if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
-                    ckpt.pin(window(ckpt.steps() + [step], step, cfg.average_last))
+                    ckpt.pin(window(sorted(set(ckpt.steps()) | {step}), step, cfg.average_last))
                 model.train()
             if rule and evaluated:    # rank 0 evaluated: its decisions (the stop, the plateau's rate) on every rank
                 stop_now = ranks.agree(rule.exhausted)
@@ -198,7 +201,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
                                   "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
                 model.train()
-            clock["wall_seconds"] = wall_before + time.perf_counter() - t_loop
+            looped = time.perf_counter() - t_loop
+            clock["wall_seconds"], clock["cpu_seconds"] = wall_before + looped, cpu_before + looped * cores
             rule_state = rule.state_dict() if rule else None
             ckpt.maybe_save(step, model, opt, stream.state_dict(), clock, rule_state, force=bool(rule) and evaluated)
     ckpt.save_final(step, model, opt, stream.state_dict(), clock, rule.state_dict() if rule else None)
@@ -227,4 +231,4 @@ def clock_metrics(clock: dict, step: int) -> dict:
     t = clock["train_seconds"]
     return {"train_seconds": t, "tokens_per_s": clock["tokens_seen"] / max(t, 1e-9),
             "step_time_s": t / max(step, 1), "tokens_seen": clock["tokens_seen"],
-            "loop_seconds": clock.get("wall_seconds", t)}
+            "loop_seconds": clock.get("wall_seconds", t), "loop_cpu_seconds": clock.get("cpu_seconds", 0.0)}

@@ -23,7 +23,8 @@ class Patience:
     With lr_patience L > 0 it also keeps the `plateau` schedule's state (fairseq's reduce_lr_on_plateau, the
     rivals' own way, e.g. ConvS2S §4.3: shrink the rate "whenever the validation perplexity stops improving"):
     after L evaluations without a new best the rate shrinks once more (`shrinks`, at most max_shrinks), and
-    the count towards the next shrink starts again; the stop still counts every evaluation since the best."""
+    the count towards the next shrink starts again; the stop still counts every evaluation since the best.
+    (torch's ReduceLROnPlateau shrinks after patience + 1 bad epochs: L here is its patience + 1.)"""
     patience: int
     lr_patience: int = 0
     max_shrinks: int = 0

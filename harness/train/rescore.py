@@ -46,8 +46,10 @@ def run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
 
 def final_weights(run_dir: Path, average_last: int,
                   checkpoint: int | None = None) -> tuple[dict[str, torch.Tensor], list[Path]]:
-    """The run's final weights: the mean of its last `average_last` checkpoints (at least the last one); or
-    the one checkpoint of step `checkpoint`, as the run kept it (a learning curve's point, scored on dev)."""
+    """The run's final weights, the ones it scored itself: the checkpoints metrics.json names
+    (`scored_checkpoints`: under the patience rule the window ending at the best, not the newest), or, for a run
+    that recorded none, the mean of its last `average_last` checkpoints (at least the last one); or the one
+    checkpoint of step `checkpoint`, as the run kept it (a learning curve's point, scored on dev)."""
     kept = list_checkpoints(run_dir / "checkpoints")
     if not kept:
         raise UserError(f"{run_dir}: no checkpoints/step_*.pt; the run has not saved its weights yet.")
@@ -60,8 +62,24 @@ def final_weights(run_dir: Path, average_last: int,
             raise UserError(f"--checkpoint {checkpoint}: {run_dir} kept no checkpoint of that step; it kept steps "
                             f"{steps}.")
         return average_checkpoints(paths), paths
+    scored = str(_run_metrics(run_dir).get("scored_checkpoints") or "")
+    if scored:
+        paths = [checkpoint_path(run_dir / "checkpoints", int(s)) for s in scored.split(",")]
+        missing = [p.name for p in paths if not p.is_file()]
+        if missing:
+            raise UserError(f"{run_dir}: the checkpoints it scored are gone ({', '.join(missing)}); evaluate a run "
+                            "whose checkpoints/ is whole, or name one kept step with --checkpoint.")
+        return average_checkpoints(paths), paths
     paths = kept[-max(average_last, 1):]
     return average_checkpoints(paths), paths
+
+
+def _run_metrics(run_dir: Path) -> dict:
+    """The finished run's metrics.json ({} where it cannot be read)."""
+    try:
+        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def run_tokenizer(run_dir: Path, model_cfg: ModelConfig, data_cfg: DataConfig) -> Tokenizer:
@@ -156,8 +174,10 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     constraint or `constrained` asks for it)."""
     run = load_run(Path(run_dir), device, checkpoint)
     train_cfg = run.train
-    # the form of the text the run trained on (a prepared directory's manifest says; generated text is raw)
-    form = text_form(Path(run.data.name)) if run.data.task != "parse" and Path(run.data.name).is_dir() else "raw"
+    # the form of the text the run trained on: as the run recorded it, else as its data directory's manifest says
+    # (generated text is raw)
+    form = _run_metrics(Path(run_dir)).get("text_form") or (
+        text_form(Path(run.data.name)) if run.data.task != "parse" and Path(run.data.name).is_dir() else "raw")
     data, lang = read_split(Path(data_dir), split, run.data.task, run.tokenizer, run.model.cfg.max_len,
                             run.data.parse_tags, form)
     metrics, _ = evaluate(run.model, run.tokenizer, data, run.device, prefix=split, beam_size=train_cfg.beam_size,
