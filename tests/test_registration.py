@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from harness.report.registration import CLAIMS_FILE, registration
+from harness.report.registration import CLAIMS_FILE, late_profile_changes, registration
 
 
 def _claim(margin: float, text: str = "h=8 beats h=1") -> dict:
@@ -109,3 +109,49 @@ def test_this_checkout_shows_the_redefinitions_the_history_holds():
         pytest.skip("no git history of the project here (" + status + ")")
     assert status.startswith("written after these runs' figures (commit 067042e)")
     assert "redefined 2 times after its verdict was known" in status
+
+
+def test_registration_reads_the_claim_at_each_runs_own_commit_so_a_merge_does_not_confuse_it(repo):
+    repo.claims(_claim(0.05))
+    repo.commit("claim on main")
+    repo.git("branch", "side")
+    repo.write("harness/x.py", "x = 1\n")
+    ran = repo.commit("the runs' code on main")
+    repo.git("checkout", "-q", "side")
+    repo.claims(_claim(0.05), {**_claim(0.1), "id": "other"})     # a side branch adds another claim
+    repo.commit("side claim")
+    repo.git("checkout", "-q", "-")
+    repo.git("merge", "-q", "--no-edit", "side")
+    # the merge touches claims.yaml after the runs; heads_help is still as the runs' code held it
+    assert registration("heads_help", {ran}, root=repo.root).startswith("registered")
+
+
+def test_a_claim_removed_and_brought_back_looser_counts_as_redefined(repo):
+    repo.claims(_claim(0.05))
+    repo.commit("claim")
+    repo.write("reports/table3.md", "| `heads_help` (§6.2) | ... | **contradicted** |\n")
+    shown = repo.commit("report")
+    repo.claims({**_claim(0.05), "id": "placeholder"})
+    repo.commit("claim removed")
+    repo.claims(_claim(0.3))
+    back = repo.commit("claim back, looser")
+    assert f"redefined once after its verdict was known (first shown at {shown[:7]}; {back[:7]})" in registration(
+        "heads_help", {back}, root=repo.root)
+
+
+def test_settings_changed_after_a_test_figure_are_listed_from_the_reports_history(repo, tmp_path_factory):
+    study = "studies/t.yaml"
+    repo.write(study, "study: t\nrows: {base: {}}\nprofiles:\n  m30k: {train: {steps: 2000}, rows: {base: {}}}\n")
+    repo.commit("study")
+    assert late_profile_changes(study, "m30k", "reports/m30k/t.md", root=repo.root) == []     # no report yet
+    repo.write("reports/m30k/t.md", "test BLEU 30\n")
+    first = repo.commit("report with a test figure")
+    repo.write(study, "study: t\nrows: {base: {}, big: {d_model: 2}}\nprofiles:\n"
+                      "  m30k: {train: {steps: 12000, patience: 5}, rows: {base: {}}, resources: {cpu: 2}}\n")
+    changed = repo.commit("the rule, and a new row")
+    lines = late_profile_changes(study, "m30k", "reports/m30k/t.md", root=repo.root)
+    assert lines == [f"(the first report with this profile's test figures was committed at {first[:7]})",
+                     f"`train.patience`: null → 5 at {changed[:7]}", f"`train.steps`: 2000 → 12000 at {changed[:7]}",
+                     f"row `big` added or changed at {changed[:7]} (it had no test figure before)"]
+    plain = tmp_path_factory.mktemp("plain")
+    assert late_profile_changes(study, "m30k", "reports/m30k/t.md", root=plain) is None      # no git: unknown
