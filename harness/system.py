@@ -20,7 +20,23 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import UserError
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def resolve_device(name: str) -> torch.device:
+    """A device name (auto, cpu, cuda, cuda:N) as the torch device runs use: auto is CUDA where there is one.
+    The one place that decides it, for training, evaluation, the bench and the probes."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r} is not a torch device; use auto, cpu, cuda or cuda:N.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} asked for CUDA but this machine has no CUDA device; use cpu or auto.")
+    return device
 
 
 def pin_allocator() -> bool:

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
 from harness.probes.scaling_spec import DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec, exponent_note, fit_exponent
-from harness.system import pin_allocator
+from harness.system import pin_allocator, resolve_device
 
 # ---------------------------------------------------------------- layers
 
@@ -315,7 +315,7 @@ def run_scaling(ns=None, ds=None, *, n_fixed=None, d_fixed=None, batch=None, k: 
                          "repeats": repeats, "warmup": warmup}.items():
         if val is not None:
             cfg[key] = val
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(resolve_device(device or "auto"))
     # On CPU, one intra-op thread by default: on a shared machine a multi-threaded op stalls at its
     # OpenMP barrier whenever another process holds a core, which scrambles the timings (seen:
     # 10x jumps). Exponents, not absolute speed, are the point. threads=None keeps torch's setting.
@@ -356,7 +356,7 @@ def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = N
     """Everything Table 1 asks of one layer type: time and memory over the n and d sweeps (forward and
     forward + backward), fitted exponents, sequential operations and path lengths."""
     spec.validate()
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if spec.device == "auto" else spec.device
+    device = str(resolve_device(spec.device))
     old_threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(spec.threads)

@@ -8,18 +8,7 @@ from typing import Callable
 import torch
 
 from harness.errors import UserError
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"device {name!r} is not a torch device; use auto, cpu, cuda or cuda:N.") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} asked for CUDA but this machine has no CUDA device; use cpu or auto.")
-    return device
+from harness.system import resolve_device  # noqa: F401 - the trainer's name for it (decided in system.py)
 
 
 def cpu_bf16_supported() -> bool:

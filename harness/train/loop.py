@@ -142,17 +142,14 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     if not quiet and ranks.is_main:
         print(device_note(cfg.device, device, cfg.amp, cfg.cpu_amp), flush=True)
     autocast = autocast_for(device, cfg.amp, cfg.cpu_amp)
-    rule = Patience(cfg.patience, cfg.lr_patience, cfg.decay_times) if cfg.patience else None   # patience.py
-    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model, rule.shrinks if rule else 0)  # noqa: E731
     stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
     loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
     ddp = data_parallel(model, loss_fn, device, ranks, cfg.seed)
     ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
                         every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
     step, clock = ckpt.restore(model, opt, stream)    # every rank, from the same files
-    if rule:                  # train until dev stops improving: the rule's state as the checkpoint left it
-        rule.load_state_dict(ckpt.rule_state)
-        ckpt.pin(window(ckpt.steps(), rule.best_step, cfg.average_last))
+    rule = restored_rule(cfg, ckpt)                     # train until dev stops improving (patience.py), or None
+    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model, rule.shrinks if rule else 0)  # noqa: E731
     log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                      max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main,
                      eval_last=rule is not None).open(step)
@@ -193,10 +190,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                 if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
                     ckpt.pin(window(sorted(set(ckpt.steps()) | {step}), step, cfg.average_last))
                 model.train()
-            if rule and evaluated:    # rank 0 evaluated: its decisions (the stop, the plateau's rate) on every rank
-                stop_now = ranks.agree(rule.exhausted)
-                if cfg.lr_patience and ranks.world > 1:
-                    rule.shrinks = int(ranks.sum(rule.shrinks if ranks.is_main else 0)[0])
+            if rule and evaluated:
+                stop_now = agree_on_rule(rule, ranks)
             if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
                 log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
                                   "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
@@ -215,6 +210,25 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
         "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps,
         **(rule.metrics(step, cfg.steps) if rule else {})},
         data_cfg=data_cfg, rule=rule)
+
+
+def restored_rule(cfg: TrainConfig, ckpt: Checkpointer) -> Patience | None:
+    """The patience rule (None when cfg.patience is 0) in the state the restored checkpoint saved, with the
+    checkpoints it may still score pinned against pruning."""
+    if not cfg.patience:
+        return None
+    rule = Patience(cfg.patience, cfg.lr_patience, cfg.decay_times)
+    rule.load_state_dict(ckpt.rule_state)
+    ckpt.pin(window(ckpt.steps(), rule.best_step, cfg.average_last))
+    return rule
+
+
+def agree_on_rule(rule: Patience, ranks: Ranks) -> bool:
+    """After a dev evaluation (rank 0's alone): rank 0's decisions on every rank, the stop (returned) and the
+    plateau schedule's shrinks, so that every rank steps at the same rate."""
+    if ranks.world > 1 and rule.lr_patience:
+        rule.shrinks = int(ranks.sum(rule.shrinks if ranks.is_main else 0)[0])
+    return ranks.agree(rule.exhausted)
 
 
 def curve_bleu(model, data: Dataset, cfg: TrainConfig, device, autocast) -> float:
