@@ -207,7 +207,7 @@ def _cmd_run(args) -> int:
 def _cmd_report(args) -> int:
     from harness.report.writers import report_all
     paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile,
-                       variant=args.name)
+                       variant=args.name, replace=args.replace)
     for p in paths:
         print(p)
     return 0
@@ -384,7 +384,10 @@ def _add_report(sub) -> None:
     rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
     rep.add_argument("--name", default=None, type=invocation_name,
                      help="only the invocations of this name (`run --name`); default: the unnamed and every named one")
-    rep.add_argument("--out", default=Path("reports"), type=Path)
+    rep.add_argument("--out", default=Path("reports"), type=Path, help="where the reports go")
+    rep.add_argument("--replace", action="store_true",
+                     help="write over a report another invocation made (without it, such a report is left as it is "
+                          "and the command stops, writing nothing)")
     rep.set_defaults(func=_cmd_report)
 
 

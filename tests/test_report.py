@@ -297,3 +297,28 @@ def test_the_convergence_check_reads_the_last_weights_not_their_average(tmp_path
     assert diag["base"]["drop"] == pytest.approx(1 - 1.98 / 2.0) and diag["base"]["ppl"] == pytest.approx(1.5)
     assert diag["C1"]["drop"] == pytest.approx(1 - 1.5 / 2.0)      # no last-weights figure: the curve as logged
     assert diag["base"]["span"] == (30, 40)
+
+
+def test_report_does_not_replace_another_invocations_report_without_being_asked(tmp_path, capsys):
+    """A newcomer's one-seed run must not replace the committed three-seed reference without a word: `report`
+    stops in one sentence and writes nothing; --out elsewhere or --replace write it."""
+    from harness.cli import main
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    log_study(client, "table3", TABLE3, "base,A1,C4,D1")
+    out = tmp_path / "reports"
+    report_all(out, uri, studies=["table3", "modern"])
+    first = (out / "table3.md").read_text()
+    report_all(out, uri, studies=["table3"])                     # the same invocation again: written over
+    log_study(client, "table3", TABLE3, "base,A1,C4,D1", t0=1_900_000_000_000)     # a newer invocation
+    import os
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        code = main(["report", "--study", "table3", "--out", str(out)])
+        said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]   # MLflow logs aside
+        assert code == 2 and len(said) == 1 and "was made from another invocation" in said[0] and "--replace" in said[0]
+        assert (out / "table3.md").read_text() == first           # nothing written
+        assert main(["report", "--study", "table3", "--out", str(out), "--replace"]) == 0
+        assert (out / "table3.md").read_text() != first
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]

@@ -9,6 +9,7 @@ module and one WRITERS entry.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -62,14 +63,35 @@ def write_index(out_dir: Path) -> Path:
     return atomic_write(out_dir / "README.md", "\n".join(lines) + "\n")
 
 
+_PARENT_RUN = re.compile(r"MLflow parent run `([0-9a-f]+)`")
+
+
+def _replaces_another(study: str, index_dir: Path, results: dict) -> str | None:
+    """The sentence refusing to write over a report made from another invocation (None: nothing to refuse):
+    a committed reference report (three seeds, say) is not replaced by a newcomer's one-seed run without a word."""
+    md = index_dir / report_folder(results["parent"]) / f"{study}.md"
+    if not md.is_file():
+        return None
+    old = _PARENT_RUN.search(md.read_text(encoding="utf-8"))
+    new = results["parent"]["run_id"]
+    if old is None or old.group(1) == new:
+        return None
+    return (f"{md} was made from another invocation (MLflow parent run {old.group(1)}; this store's latest is {new}, "
+            f"{len(results['runs'])} trials); write this one elsewhere with --out DIR, or replace it with --replace.")
+
+
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
-                 profile: str | None = None, variant: str = "") -> list[Path]:
+                 profile: str | None = None, variant: str = "", replace: bool = True) -> list[Path]:
     """Write <study>.md, <study>.csv, its PNGs and the refreshed README.md index; return their paths. The
-    latest unnamed invocation, or the latest of name `variant` (`run --name`)."""
+    latest unnamed invocation, or the latest of name `variant` (`run --name`). replace False: refuse (UserError)
+    to write over a report that another invocation made."""
     uri = uri or tracking.tracking_uri()
     results = load_results(study, uri, profile, variant)
     writer = writer_for(results["parent"], study)
     index_dir = Path(out_dir)
+    refusal = None if replace else _replaces_another(study, index_dir, results)
+    if refusal:
+        raise UserError(refusal)
     out_dir = index_dir / report_folder(results["parent"])
     out_dir.mkdir(parents=True, exist_ok=True)
     files = writer(study, results, uri, out_dir)
@@ -81,22 +103,32 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
 
 
 def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
-               profile: str | None = None, variant: str | None = None) -> list[Path]:
+               profile: str | None = None, variant: str | None = None, replace: bool = False) -> list[Path]:
     """Reports for several studies (default: every study in the store), each of its latest unnamed
     invocation and of its latest invocation of every name (`run --name`; only `variant` where given);
-    studies with no runs (of this profile) are skipped, and nothing at all to report is an error."""
+    studies with no runs (of this profile) are skipped, and nothing at all to report is an error. Without
+    `replace`, a report that another invocation made is not written over: every report is checked first, so a
+    refusal writes nothing."""
     uri = uri or tracking.tracking_uri()
     tracking.require_store(uri)
     if studies is None:
         studies = tracking.list_studies(uri)
-    paths: list[Path] = []
+    todo = []
     for study in studies:
         for name in ["", *tracking.variants(uri, study, profile)] if variant is None else [variant]:
             try:
-                paths += write_report(study, out_dir, uri, profile, name)
+                results = load_results(study, uri, profile, name)
             except UserError as err:
                 if not str(err).startswith(("no runs of", "the latest run of")):
                     raise
+                continue
+            refusal = None if replace else _replaces_another(study, Path(out_dir), results)
+            if refusal:
+                raise UserError(refusal)
+            todo.append((study, name))
+    paths: list[Path] = []
+    for study, name in todo:
+        paths += write_report(study, out_dir, uri, profile, name)
     if not paths:
         raise UserError(f"no study in {uri} has runs{f' with profile {profile}' if profile else ''}"
                         f"{f' named {variant}' if variant else ''}; "
