@@ -43,7 +43,8 @@ def test_save_restore_round_trip_restores_model_optimizer_rng_and_step(tmp_path)
     fresh, fresh_opt = _model_and_opt(seed=1)
     stream = _Stream()
     step, clock = Checkpointer(tmp_path, {"a": 1}, cpu).restore(fresh, fresh_opt, stream)
-    assert step == 3 and clock == {"train_seconds": 2.5, "tokens_seen": 99}
+    # a checkpoint written without the loop's wall and CPU clocks reads them as its train_seconds and 0
+    assert step == 3 and clock == {"train_seconds": 2.5, "tokens_seen": 99, "wall_seconds": 2.5, "cpu_seconds": 0.0}
     assert stream.state == {"epoch": 1, "position": 7}
     _step(fresh, fresh_opt)                 # same RNG draws, same Adam moments: the same update
     assert all(torch.equal(fresh.state_dict()[k], expected[k]) for k in expected)

@@ -603,7 +603,8 @@ def test_table4_wsj_sample_profile_parses_the_sample_with_its_departures_listed(
     from harness.study.departures import departures
     from harness.study.runner import _check_requirements
     t4 = load_study(ROOT / "studies" / "table4.yaml", "wsj-sample")
-    assert t4.rows == ["wsj_only"] and len(t4.trials) == 1
+    assert t4.rows == ["wsj_only"] and len(t4.trials) == 3            # three seeds, for an interval on F1
+    assert (t4.trials[0].train.patience, t4.trials[0].train.eval_every, t4.trials[0].train.steps) == (4, 1000, 30000)
     trial = t4.trials[0]
     assert trial.data.name == "data/ptb-wsj-sample" and trial.data.parse_tags is True
     assert trial.model.word_positions is True and trial.model.d_model == 256 and trial.train.average_last == 5
