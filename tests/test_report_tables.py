@@ -336,21 +336,28 @@ def test_table1_ends_with_its_claims_computed_from_the_runs(reports):
     assert "sdpa: 0.98 against 1.00" in d and "**holds**" in d
 
 
-def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_beside(tmp_path):
+def _real_data_study(tmp_path, study_name: str, rows: str, seeds: str):
+    """A store with one parent run of `studies/STUDY.yaml --profile multi30k` in Table 2's layout, tagged as the
+    runner tags it (departures from the study file): (uri, client, experiment id, parent run id)."""
     from pathlib import Path
 
     from harness.study.departures import departures_tag
     from harness.study.kinds import load_study
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("table2", artifact_location=(tmp_path / "mlruns").as_uri())
-    study = load_study(Path(__file__).parents[1] / "studies" / "table2.yaml", "multi30k")
+    exp = client.create_experiment(study_name, artifact_location=(tmp_path / "mlruns").as_uri())
+    study = load_study(Path(__file__).parents[1] / "studies" / f"{study_name}.yaml", "multi30k")
     parent = client.create_run(exp, start_time=T0, tags={
-        "study": "table2", "version": "1", "profile": "multi30k", "git_sha": SHA, "git_dirty": "False",
+        "study": study_name, "version": "1", "profile": "multi30k", "git_sha": SHA, "git_dirty": "False",
         "kind": "study", "hardware": "2 CPU cores (test)", "table": "table2", "started": "2026-12-03T16:25:00",
-        "command": "python -m harness run studies/table2.yaml --profile multi30k",
+        "command": f"python -m harness run studies/{study_name}.yaml --profile multi30k",
         "paper_costs": json.dumps(training_costs()), **departures_tag(study)}).info.run_id
-    client.log_batch(parent, params=[Param("rows", "base,base_enfr"), Param("seeds", "0")])
+    client.log_batch(parent, params=[Param("rows", rows), Param("seeds", seeds)])
+    return uri, client, exp, parent
+
+
+def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_beside(tmp_path):
+    uri, client, exp, parent = _real_data_study(tmp_path, "table2", "base,base_enfr", "0")
     for i, (row, data, lc) in enumerate((("base", "data/multi30k-en-de", 35.0),
                                          ("base_enfr", "data/multi30k-en-fr", 50.0))):
         params = {"model.n_layers": 3, "model.d_model": 128, "model.d_ff": 512, "model.n_heads": 8, "model.p_drop": 0.1,
@@ -377,20 +384,7 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
 def test_a_run_on_the_tokenized_form_reports_its_bleu_tok_lc_beside_the_literature_and_the_registered_claim(tmp_path):
     """studies/transformer_tiny.yaml: one row trained on Multi30K's lc.norm.tok text, so it has BLEU tok lc and
     no sacreBLEU or paper BLEU; Table 2's layout shows it beside Wu et al.'s 41.02, with its threshold claim."""
-    from pathlib import Path
-
-    from harness.study.departures import departures_tag
-    from harness.study.kinds import load_study
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    exp = client.create_experiment("transformer_tiny", artifact_location=(tmp_path / "mlruns").as_uri())
-    study = load_study(Path(__file__).parents[1] / "studies" / "transformer_tiny.yaml", "multi30k")
-    parent = client.create_run(exp, start_time=T0, tags={
-        "study": "transformer_tiny", "version": "1", "profile": "multi30k", "git_sha": SHA, "git_dirty": "False",
-        "kind": "study", "hardware": "2 CPU cores (test)", "table": "table2", "started": "2026-12-05T12:00:00",
-        "command": "python -m harness run studies/transformer_tiny.yaml --profile multi30k",
-        "paper_costs": json.dumps(training_costs()), **departures_tag(study)}).info.run_id
-    client.log_batch(parent, params=[Param("rows", "tiny"), Param("seeds", "1")])
+    uri, client, exp, parent = _real_data_study(tmp_path, "transformer_tiny", "tiny", "1")
     params = {"model.n_layers": 4, "model.d_model": 128, "model.d_ff": 256, "model.n_heads": 4, "model.p_drop": 0.3,
               "train.average_last": 10, "train.seed": 1, "data.name": "data/multi30k-en-de-tok"}
     ms = [(k, v, 5000) for k, v in {"test_bleu_tok_lc": 40.5, "dev_bleu_tok_lc": 41.2, "dev_ppl": 5.0,
