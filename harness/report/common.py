@@ -396,9 +396,9 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     rows = list(dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r))
     for row in rows:
         d = diag.get(row, {})
-        if regime_note(row, diag) and not regime_note(row, diag).startswith("stopped by the rule"):
-            notes.append(f"{rests}{row}, which was {regime_note(row, diag)}" if rests else
-                         f"{row} was {regime_note(row, diag)}")
+        regime = regime_note(row, diag)
+        if regime and not regime.startswith("stopped by the rule"):     # a row the rule stopped is no caveat
+            notes.append(f"{rests}{row}, which was {regime}" if rests else f"{row} was {regime}")
         if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
             notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
     if deps and rows:
