@@ -71,14 +71,7 @@ class TransformerConfig:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
         # to it; they are stored as `Derived`, so a copy with other sources works them out again.
         self._check_integers(("vocab_size", "d_model", "d_ff", "n_heads", "n_layers", "max_len"))
-        for name, follows in DERIVED.items():
-            value, rule = getattr(self, name), follows(self)
-            if value is None or isinstance(value, Derived) or (type(value) is int and value == rule):
-                if rule is None:
-                    raise ConfigError(
-                        f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}, so {name} cannot "
-                        f"default to d_model / n_heads; set {name} explicitly or choose n_heads dividing d_model.")
-                object.__setattr__(self, name, Derived(rule))
+        resolve_derived(self, tuple(DERIVED))
         self._validate()
 
     def _check_integers(self, names: tuple[str, ...]) -> None:
@@ -86,26 +79,11 @@ class TransformerConfig:
 
     def _validate(self) -> None:
         self._check_integers(tuple(DERIVED))
-        for name in ("p_drop", "p_attn_drop"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
-        for name, literal in (("positional", Positional), ("norm_position", NormPosition),
-                              ("norm", Norm), ("ffn", FFN), ("family", Family),
-                              ("attention_score", AttentionScore)):
-            check_choice(name, getattr(self, name), literal)
-        if self.n_heads % self.n_kv_heads:
-            raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
-                              "(each key/value head serves a whole group of query heads).")
-        if self.positional == "rope" and self.d_k % 2:
-            raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
-        if self.positional in ("sinusoid", "learned") and self.d_model % 2:
-            raise ConfigError(f"sinusoid and learned positions need an even d_model, got {self.d_model}.")
+        check_shared(self, (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
+                            ("ffn", FFN), ("family", Family), ("attention_score", AttentionScore)))
         if self.word_positions and self.positional in ("rope", "alibi"):
             raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
                               f"or learned, not {self.positional}.")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
 
     def replace(self, **overrides) -> "TransformerConfig":
         """A new config with some fields changed, as `dataclasses.replace` gives it, but refusing unknown names.
@@ -181,6 +159,41 @@ def unknown_field_message(name: str) -> str:
             f"valid settings: {', '.join(field_names())}.")
 
 
+def resolve_derived(cfg, names: tuple[str, ...]) -> None:
+    """The derived fields `names` of a config (d_k, d_v, n_kv_heads, per-side depths) follow their DERIVED rule
+    whenever they are unset or equal to it, stored as `Derived`, so that a copy with other sources works them out
+    again."""
+    for name in names:
+        value, rule = getattr(cfg, name), DERIVED[name](cfg)
+        if value is None or isinstance(value, Derived) or (type(value) is int and value == rule):
+            if rule is None:
+                raise ConfigError(
+                    f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}, so {name} cannot "
+                    f"default to d_model / n_heads; set {name} explicitly or choose n_heads dividing d_model.")
+            object.__setattr__(cfg, name, Derived(rule))
+
+
+def check_shared(cfg, choices: tuple[tuple[str, object], ...]) -> None:
+    """The checks every attention family's config shares: dropout probabilities, the named choices
+    ((field, Literal), ...), key/value heads dividing the heads, RoPE's even d_k, sinusoid and learned positions'
+    even d_model, the padding id inside the vocabulary."""
+    for name in ("p_drop", "p_attn_drop"):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
+    for name, literal in choices:
+        check_choice(name, getattr(cfg, name), literal)
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise ConfigError(f"n_kv_heads={cfg.n_kv_heads} must divide n_heads={cfg.n_heads} "
+                          "(each key/value head serves a whole group of query heads).")
+    if cfg.positional == "rope" and cfg.d_k % 2:
+        raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {cfg.d_k}.")
+    if cfg.positional in ("sinusoid", "learned") and cfg.d_model % 2:
+        raise ConfigError(f"sinusoid and learned positions need an even d_model, got {cfg.d_model}.")
+    if not 0 <= cfg.pad_id < cfg.vocab_size:
+        raise ConfigError(f"pad_id={cfg.pad_id} must be a token id below vocab_size={cfg.vocab_size}.")
+
+
 # --- Presets: frozen data. Never edit a paper preset (tensor2tensor's transformer_base drifted to pre-norm). ---
 
 # Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1 (65 M params in the paper).
@@ -217,3 +230,4 @@ def get_preset(name: str) -> TransformerConfig:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name]
+

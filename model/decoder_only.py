@@ -38,7 +38,6 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, StaticKVCache
 from .config import (
-    DERIVED,
     FFN,
     ConfigError,
     Derived,
@@ -47,7 +46,9 @@ from .config import (
     Positional,
     check_choice,
     check_positive,
+    check_shared,
     replace_known,
+    resolve_derived,
 )
 from .kernels import Kernel, Kernels
 from .layers import Dropout, FeedForward, PositionalEncoding, init_transformer_weights, make_norm
@@ -89,35 +90,16 @@ class DecoderOnlyConfig:
 
     def __post_init__(self) -> None:
         check_positive(self, ("vocab_size", "d_model", "d_ff", "n_heads", "n_layers", "max_len"))
-        for name in self.DERIVED_FIELDS:                       # model/config.py's rules, stored as `Derived`
-            value, rule = getattr(self, name), DERIVED[name](self)
-            if value is None or isinstance(value, Derived) or (type(value) is int and value == rule):
-                if rule is None:
-                    raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}, so {name} "
-                                      f"cannot default to d_model / n_heads; set {name} explicitly.")
-                object.__setattr__(self, name, Derived(rule))
+        resolve_derived(self, self.DERIVED_FIELDS)                # model/config.py's rules, stored as `Derived`
         check_positive(self, self.DERIVED_FIELDS)
-        for name in ("p_drop", "p_attn_drop"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}.")
-        for name, literal in (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
-                              ("ffn", FFN), ("lm", LM), ("family", DecoderOnlyFamily)):
-            check_choice(name, getattr(self, name), literal)
-        if self.n_heads % self.n_kv_heads:
-            raise ConfigError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}.")
         if self.positional == "alibi":
             raise ConfigError("positional=alibi is built for the encoder-decoder only; the decoder_only family takes "
                               "sinusoid, learned or rope.")
-        if self.positional == "rope" and self.d_k % 2:
-            raise ConfigError(f"positional=rope rotates pairs of dimensions, so d_k must be even, got {self.d_k}.")
-        if self.positional != "rope" and self.d_model % 2:
-            raise ConfigError(f"sinusoid and learned positions need an even d_model, got {self.d_model}.")
+        check_shared(self, (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
+                            ("ffn", FFN), ("lm", LM), ("family", DecoderOnlyFamily)))
         if self.source_loss and self.lm != "causal":
             raise ConfigError("source_loss needs lm=causal: under the prefix mask every source position sees the "
                               "token it would predict.")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"pad_id={self.pad_id} must be a token id below vocab_size={self.vocab_size}.")
 
     def replace(self, **changes) -> "DecoderOnlyConfig":
         return replace_known(self, changes)
