@@ -34,3 +34,15 @@ def test_data_prepare_names_every_preparable_source(capsys, tmp_path):
     assert all(name in err for name in ("wmt14-en-de", "wmt14-en-fr", "multi30k", "ptb"))
     assert "synth" not in err.split("knows:")[1]            # generated, not prepared: `data synth` writes it
     assert all(dataclasses.is_dataclass(s) for s in sources.SOURCES.values())
+
+
+def test_each_source_names_the_command_that_makes_a_missing_directory():
+    from harness.data.sources import prepare_command
+    cmd = lambda name, task="translate": prepare_command(Path(name), task)  # noqa: E731
+    assert cmd("data/multi30k-en-de-tok") == ("python -m harness data prepare multi30k --from DIR --pair en-de "
+                                              "--form lc.norm.tok --out data/multi30k-en-de-tok")
+    assert cmd("data/multi30k-en-fr").endswith("multi30k --from DIR --pair en-fr --out data/multi30k-en-fr")
+    assert cmd("data/wmt14-en-fr").endswith("prepare wmt14-en-fr --from DIR --out data/wmt14-en-fr")
+    assert cmd("data/ptb-wsj-sample", "parse").endswith("prepare ptb --from DIR --out data/ptb-wsj-sample")
+    # a name no source makes: the general form, every source that prepares named
+    assert "prepare wmt14-en-de|wmt14-en-fr|multi30k|ptb --from DIR --out data/mine" in cmd("data/mine")

@@ -29,6 +29,22 @@ class Source:
     generate: Callable[..., Path] | None = None
     # the one-line summary `data prepare` prints of a manifest
     describe: Callable[[dict], str] = lambda manifest: ""
+    # a missing data directory -> the `data prepare` arguments that make it, where this source makes directories
+    # of that name and task (its default --out names), else None: (path, task) -> "NAME --from DIR ..."
+    makes: Callable[[Path, str], str | None] = lambda path, task: None
+
+
+def _wmt(pair: str) -> Callable[[Path, str], str | None]:
+    return lambda path, task: (f"wmt14-{pair} --from DIR" if task == "translate" and "wmt" in path.name.lower()
+                               and pair in path.name else None)
+
+
+def _multi30k(path: Path, task: str) -> str | None:
+    if task != "translate" or "multi30k" not in path.name.lower():
+        return None
+    pair = next((p for p in multi30k.PAIRS if p in path.name), multi30k.PAIRS[0])
+    tok = [f for f in multi30k.FORMS[1:] if path.name.endswith("-tok")]     # data/multi30k-en-de-tok
+    return f"multi30k --from DIR --pair {pair}" + (f" --form {tok[0]}" if tok else "")
 
 
 def _splits(unit: str, key: str) -> Callable[[dict], str]:
@@ -39,17 +55,28 @@ SOURCES = {
     "synth": Source("the made-up corpus, generated with gold trees (harness/data/synth.py)",
                     generate=synth.synth_corpus_dir),
     "wmt14-en-de": Source("WMT14 English-German (§5.1)",
-                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_DE, src, out)),
+                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_DE, src, out), makes=_wmt("en-de")),
     "wmt14-en-fr": Source("WMT14 English-French (§5.1)",
-                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_FR, src, out)),
+                          prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_FR, src, out), makes=_wmt("en-fr")),
     "multi30k": Source("Multi30K task 1, en-de or en-fr (real text at laptop scale)",
                        prepare=lambda src, out, pair, **form: multi30k.prepare_multi30k(src, out, pair or "en-de",
                                                                                         **form),
-                       pairs=multi30k.PAIRS, forms=multi30k.FORMS, describe=_splits("", "lines")),
+                       pairs=multi30k.PAIRS, forms=multi30k.FORMS, describe=_splits("", "lines"), makes=_multi30k),
     "ptb": Source("Penn Treebank WSJ trees, the full sections or NLTK's sample (Table 4)",
                   prepare=lambda src, out, pair: ptb.prepare_ptb(src, out),
-                  describe=_splits(" sentences", "sentences")),
+                  describe=_splits(" sentences", "sentences"),
+                  makes=lambda path, task: "ptb --from DIR" if task == "parse" else None),
 }
+
+
+def prepare_command(path: Path, task: str) -> str:
+    """How to make a missing data directory: the `data prepare` command of the source that makes directories of
+    its name and task, or the general form with every source that prepares."""
+    for source in SOURCES.values():
+        args = source.makes(path, task)
+        if args:
+            return f"python -m harness data prepare {args} --out {path}"
+    return f"python -m harness data prepare {'|'.join(preparable())} --from DIR --out {path}"
 
 
 def preparable() -> list[str]:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from harness import overrides
+from harness.data.sources import prepare_command
 from harness.errors import UserError
 from harness.io import check_writable
 from harness.probes.cost import training_costs
@@ -42,17 +43,11 @@ def paper_tags(study: Study) -> dict[str, str]:
 def _check_requirements(study: Study) -> None:
     for trial in study.trials:
         name = trial.data.name if trial.data else "synth"
-        if name != "synth" and not Path(name).is_dir() and trial.data.task == "parse":
-            raise UserError(f"profile {study.profile} of {study.path} needs the tree directory {name}, which does "
-                            f"not exist; prepare it from Penn Treebank .mrg files with `python -m harness data "
-                            f"prepare ptb --from DIR --out {name}`, or run --profile tiny.")
         if name != "synth" and not Path(name).is_dir():
-            pair = "en-fr" if "en-fr" in Path(name).name else "en-de"
-            how = (f"multi30k --from DIR --pair {pair}" if "multi30k" in Path(name).name.lower()
-                   else f"wmt14-{pair} --from DIR")
-            raise UserError(f"profile {study.profile} of {study.path} needs the data directory {name}, which does "
-                            f"not exist; prepare it with `python -m harness data prepare {how} --out {name}`, "
-                            "or run --profile tiny.")
+            what = "tree directory" if trial.data.task == "parse" else "data directory"
+            raise UserError(f"profile {study.profile} of {study.path} needs the {what} {name}, which does not exist; "
+                            f"prepare it with `{prepare_command(Path(name), trial.data.task)}`, or run --profile "
+                            "tiny.")
 
 
 def _check_ray_address(address: str) -> None:
