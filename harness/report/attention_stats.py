@@ -10,15 +10,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import interval_cell, md_table, save_png
+from harness.report.common import finished, interval_cell, md_table, save_png
 
 # (metric, its column head, format)
 SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob", "{:.3f}"),
          ("attn_entropy_ratio", "entropy / ln keys", "{:.3f}"), ("attn_qk_grad_norm", "‖∇W^Q,K‖", "{:.3g}"))
-
-
-def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
-    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
 
 
 def _histories(uri: str, done: pd.DataFrame, key: str) -> list[dict[int, float]]:
@@ -30,14 +26,14 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
     the attention."""
     if "metrics.attn_max_prob" not in runs:
         return [], []
-    rows = [r for r in order if len(_finished(runs, r)) and _finished(runs, r)["metrics.attn_max_prob"].notna().any()]
+    rows = [r for r in order if len(finished(runs, r)) and finished(runs, r)["metrics.attn_max_prob"].notna().any()]
     if not rows:
         return [], []
     head = ["row", "score", "d_k", *(f"init: {name}" for _, name, _ in SHOWN),
             *(f"end: {name}" for _, name, _ in SHOWN)]
     body, curves = [], {}
     for row in rows:
-        done = _finished(runs, row)
+        done = finished(runs, row)
         first = done.iloc[0]
         score = first.get("params.model.attention_score", "scaled")
         score = score if isinstance(score, str) else "scaled"

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
+from harness.measure.registry import SectionContext, measurements
 from harness.report import claims
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
@@ -62,9 +63,15 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
     return results
 
 
+def declared_table(parent: dict) -> str:
+    """The table the study file's `table:` names, as its parent run keeps it (a tag; a param in older stores),
+    or ""."""
+    return parent["tags"].get("table") or parent["params"].get("table") or ""
+
+
 def table_name(parent: dict, study: str) -> str:
-    """The paper table a study reproduces: the parent's `table` tag (the study file's `table:`), else its name."""
-    return parent["tags"].get("table") or parent["params"].get("table") or study
+    """The paper table a study reproduces: its declared table, else its name."""
+    return declared_table(parent) or study
 
 
 def column(df: pd.DataFrame, name: str) -> pd.Series:
@@ -117,6 +124,21 @@ def save_png(fig: Figure, path: Path) -> Path:
 
 def num(x, fmt: str = "{:.2f}") -> str:
     return "–" if pd.isna(x) else fmt.format(x)
+
+
+def finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
+    """The row's FINISHED runs."""
+    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
+
+
+def bracket_cell(values, fmt: str = "{:.1f}", scale: float = 1.0) -> str:
+    """The mean of `values` over seeds and its 95 % t-interval, `mean [low, high]`, each times `scale` in `fmt`;
+    the mean alone from one value, – from none (interval_cell gives mean ± half-width instead)."""
+    mean, low, high, n = claims.interval(values)
+    if not n:
+        return "–"
+    f = lambda x: fmt.format(scale * x)  # noqa: E731
+    return f(mean) if n < 2 else f"{f(mean)} [{f(low)}, {f(high)}]"
 
 
 def interval_cell(values, fmt: str = "{:.2f}") -> str:
@@ -672,3 +694,18 @@ def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:
         + md_table(head, body)
         + [""]
     )
+
+
+def measurement_sections(runs: pd.DataFrame, order: list[str], uri: str, out_dir: Path,
+                         study: str) -> tuple[list[str], list[Path]]:
+    """The sections of the measurements the runs took (harness/measure: each registered measurement's own,
+    in the registry's order, over the rows of `order`): their lines, their images linked, and their PNGs."""
+    lines: list[str] = []
+    plots: list[Path] = []
+    ctx = SectionContext(runs, order, uri, out_dir, study)
+    for m in measurements():
+        if m.section is not None:
+            more, pngs = m.section(ctx)
+            lines += more
+            plots += pngs
+    return lines, plots

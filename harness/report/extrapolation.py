@@ -10,14 +10,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import interval_cell, md_table, save_png
+from harness.report.common import finished, interval_cell, md_table, save_png
 
 SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"),
          ("agree", "agreement accuracy (%)", "{:.1f}"))
-
-
-def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
-    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
 
 
 def _buckets(runs: pd.DataFrame) -> list[tuple[int, str]]:
@@ -35,7 +31,7 @@ def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[li
     buckets = _buckets(runs)
     if not buckets:
         return [], []
-    rows = [r for r in order if len(_finished(runs, r)) and _finished(runs, r)["metrics.len_b0_ppl"].notna().any()]
+    rows = [r for r in order if len(finished(runs, r)) and finished(runs, r)["metrics.len_b0_ppl"].notna().any()]
     if not rows:
         return [], []
     n = runs[[f"metrics.len_b{i}_n" for i, _ in buckets if f"metrics.len_b{i}_n" in runs]].max().dropna()
@@ -50,7 +46,7 @@ def length_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[li
         head = ["row", "seeds", *(f"{label} words" + (" (trained)" if i == 0 else "") for i, label in buckets)]
         body = []
         for row in rows:
-            done = _finished(runs, row)
+            done = finished(runs, row)
             body.append([f"**{row}**", str(len(done)),
                          *(interval_cell(done[f"metrics.len_b{i}_{key}"].dropna(), fmt)
                            if f"metrics.len_b{i}_{key}" in done
@@ -66,7 +62,7 @@ def _plot(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[int, str]], p
     xs = list(range(len(buckets)))
     for ax, (key, name, _) in zip(axes, SHOWN):
         for j, row in enumerate(rows):
-            done = _finished(runs, row)
+            done = finished(runs, row)
             cols = [f"metrics.len_b{i}_{key}" for i, _ in buckets]
             means = [done[c].mean() if c in done else float("nan") for c in cols]
             ax.plot(xs, means, marker="o", ms=4, color=f"C{j % 10}", label=row)

@@ -13,20 +13,9 @@ from matplotlib.figure import Figure
 
 from harness import tracking
 from harness.report.claims import interval
-from harness.report.common import md_table, no_data, num, save_png
+from harness.report.common import bracket_cell, finished, md_table, no_data, num, save_png
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
-
-
-def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
-    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
-
-
-def _ci_cell(values) -> str:
-    mean, low, high, n = interval(values)
-    if not n:
-        return "–"
-    return f"{mean:.1f}" if n < 2 else f"{mean:.1f} [{low:.1f}, {high:.1f}]"
 
 
 # ------------------------------------------------------------------------------------ agreement by distance
@@ -47,19 +36,19 @@ def agreement_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple
     """Accuracy on the agreement contrasts by distance, per row: mean over finished seeds with its 95 %
     t-interval, the pairs per bucket beside; and the plot."""
     buckets = agreement_buckets(runs)
-    rows = [r for r in order if len(_finished(runs, r)) and "metrics.agree_acc" in runs
-            and _finished(runs, r)["metrics.agree_acc"].notna().any()]
+    rows = [r for r in order if len(finished(runs, r)) and "metrics.agree_acc" in runs
+            and finished(runs, r)["metrics.agree_acc"].notna().any()]
     if not buckets or not rows:
         return [], None
-    first = _finished(runs, rows[0]).iloc[0]
+    first = finished(runs, rows[0]).iloc[0]
     head = ["row", "seeds"] + [f"{label} (n={int(first[f'metrics.agree_n_{name}'])})" for name, label in buckets] + \
         [f"long, 4+ (n={int(first['metrics.agree_n_long'])})", f"all (n={int(first['metrics.agree_pairs'])})"]
     body = []
     for row in rows:
-        done = _finished(runs, row)
-        cells = [_ci_cell(done[f"metrics.agree_acc_{name}"]) for name, _ in buckets]
-        body.append([f"**{row}**", str(len(done)), *cells, _ci_cell(done["metrics.agree_acc_long"]),
-                     _ci_cell(done["metrics.agree_acc"])])
+        done = finished(runs, row)
+        cells = [bracket_cell(done[f"metrics.agree_acc_{name}"]) for name, _ in buckets]
+        body.append([f"**{row}**", str(len(done)), *cells, bracket_cell(done["metrics.agree_acc_long"]),
+                     bracket_cell(done["metrics.agree_acc"])])
     lines = ["## Long-distance agreement (§4), by distance", "",
              "§4 argues from path lengths that self-attention learns long-range dependencies more easily than "
              "recurrence or convolution. Measured here as Sennrich (2017) and Tang et al. (2018) did, without "
@@ -81,7 +70,7 @@ def plot_agreement(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[str,
     ax = fig.add_subplot()
     xs = list(range(len(buckets)))
     for i, row in enumerate(rows):
-        done = _finished(runs, row)
+        done = finished(runs, row)
         stats = [interval(done[f"metrics.agree_acc_{name}"]) for name, _ in buckets]
         means = [s[0] for s in stats]
         # an accuracy lies in [0, 100]: the t-interval is drawn clipped there
@@ -102,7 +91,7 @@ def curves(runs: pd.DataFrame, uri: str, row: str) -> list[list[tuple[float, flo
     """Per finished seed of `row`, its dev BLEU curve as (training FLOPs, training seconds, BLEU) points: the
     curve_bleu rows the loop logged, FLOPs = the row's counted FLOPs per target token x the tokens seen."""
     out = []
-    for _, run in _finished(runs, row).iterrows():
+    for _, run in finished(runs, row).iterrows():
         per_token = run.get("metrics.flops_per_target_token")
         if per_token is None or pd.isna(per_token):
             continue
@@ -143,9 +132,9 @@ def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path) 
     for row, c in by_row.items():
         final = [seed[-1] for seed in c]
         body.append([f"**{row}**", str(len(c)), num(sum(f[0] for f in final) / len(final), "{:.2e}"),
-                     num(sum(f[1] for f in final) / len(final) / 60, "{:.1f}"), _ci_cell([f[2] for f in final]),
-                     _ci_cell([at_budget(seed, flops_budget, 0) for seed in c]),
-                     _ci_cell([at_budget(seed, secs_budget, 1) for seed in c])])
+                     num(sum(f[1] for f in final) / len(final) / 60, "{:.1f}"), bracket_cell([f[2] for f in final]),
+                     bracket_cell([at_budget(seed, flops_budget, 0) for seed in c]),
+                     bracket_cell([at_budget(seed, secs_budget, 1) for seed in c])])
     lines = ["## Quality against compute", "",
              "Every row logged a dev BLEU curve while it trained: greedy translations of the first dev sentences "
              "(`train.curve_bleu_sentences`), tokenized BLEU, at each dev evaluation and at the last step (before "

@@ -13,21 +13,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.report.claims import interval
-from harness.report.common import md_table, save_png
+from harness.report.common import bracket_cell, finished, md_table, save_png
 from harness.report.shares import EARLY, LATE, fade_per_run, positions
 
 _LAYER_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_L(\d+)_p(\d+)$")
-def _finished(runs: pd.DataFrame, row: str) -> pd.DataFrame:
-    return runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
-
-
-def _cell(values) -> str:
-    mean, low, high, n = interval(values)
-    if not n:
-        return "–"
-    return f"{100 * mean:.1f}" if n < 2 else f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-
 def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = None) -> str:
     """The fade's mean over seeds and its 95 % interval; minus: another kind's fade taken away, seed by seed."""
     per_seed = fade_per_run(done, kind, pos)
@@ -38,10 +27,7 @@ def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = Non
         if other is None:
             return "–"
         per_seed = per_seed - other
-    mean, low, high, n = interval(per_seed.dropna())
-    if not n:
-        return "–"
-    return f"{100 * mean:+.1f}" if n < 2 else f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return bracket_cell(per_seed.dropna(), "{:+.1f}", 100)
 
 
 def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[str], list[Path]]:
@@ -69,23 +55,23 @@ def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -
     uniform = bool(positions(runs, "uniform"))
     for kind in kinds:
         pos = positions(runs, kind)
-        rows = [r for r in order if len(_finished(runs, r))
-                and _finished(runs, r).get(f"metrics.src_{kind}_p1", pd.Series(dtype=float)).notna().any()]
+        rows = [r for r in order if len(finished(runs, r))
+                and finished(runs, r).get(f"metrics.src_{kind}_p1", pd.Series(dtype=float)).notna().any()]
         shown = [p for p in pos if p <= 12]
         beyond = kind == "mass" and uniform
         head = ["row", "seeds", *(f"{p}" for p in shown), f"fade (1-{EARLY} vs {LATE}+)",
                 *(["fade beyond uniform"] if beyond else [])]
         body = []
         for row in rows:
-            done = _finished(runs, row)
-            cells = [_cell(done[f"metrics.src_{kind}_p{p}"].dropna()) if f"metrics.src_{kind}_p{p}" in done else "–"
-                     for p in shown]
+            done = finished(runs, row)
+            cells = [bracket_cell(done[f"metrics.src_{kind}_p{p}"].dropna(), scale=100)
+                     if f"metrics.src_{kind}_p{p}" in done else "–" for p in shown]
             body.append([f"**{row}**", str(len(done)), *cells, _fade(done, kind, pos),
                          *([_fade(done, kind, pos, minus="uniform")] if beyond else [])])
         if beyond and rows:   # the baseline depends on the sentences only: the first row's runs give it
-            done = _finished(runs, rows[0])
-            cells = [_cell(done[f"metrics.src_uniform_p{p}"].dropna()) if f"metrics.src_uniform_p{p}" in done else "–"
-                     for p in shown]
+            done = finished(runs, rows[0])
+            cells = [bracket_cell(done[f"metrics.src_uniform_p{p}"].dropna(), scale=100)
+                     if f"metrics.src_uniform_p{p}" in done else "–" for p in shown]
             body.append(["uniform attention", str(len(done)), *cells, _fade(done, "uniform", pos), "0"])
         name = "attention mass on the source" if kind == "mass" else "source share of the attention's contribution"
         lines += [f"**{name}** (%), by target position:", ""] + md_table(head, body) + [""]
@@ -99,7 +85,7 @@ def source_attention_section(runs: pd.DataFrame, order: list[str], path: Path) -
 
 def _layer_kind(runs: pd.DataFrame, row: str) -> tuple[str, list[int]] | None:
     """(the per-layer measure a row has: `mass` where it logged one, else `contrib`; its layers), or None."""
-    done = _finished(runs, row)
+    done = finished(runs, row)
     for kind in ("mass", "contrib"):
         layers = sorted({int(m[2]) for c in runs.columns if (m := _LAYER_METRIC.match(c)) and m[1] == kind
                          and done[c].notna().any()})
@@ -118,13 +104,13 @@ def _by_layer(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[st
     head = ["row", "measure", "layer", f"share 1-{EARLY}", f"share {LATE}+", f"fade (1-{EARLY} vs {LATE}+)"]
     body = []
     for row, (kind, layers) in measured:
-        done = _finished(runs, row)
+        done = finished(runs, row)
         for layer in layers:
             name = f"{kind}_L{layer}"
             pos = positions(runs, name)
             early = [f"metrics.src_{name}_p{p}" for p in pos if p <= EARLY]
             late = [f"metrics.src_{name}_p{p}" for p in pos if p >= LATE]
-            share = (lambda cols: _cell(done[cols].mean(axis=1).dropna()) if cols else "–")
+            share = (lambda cols: bracket_cell(done[cols].mean(axis=1).dropna(), scale=100) if cols else "–")
             body.append([f"**{row}**" if layer == layers[0] else "", "mass" if kind == "mass" else "contribution",
                          str(layer), share(early), share(late), _fade(done, name, pos)])
     lines = ["**By layer** (layer 1 reads the embeddings; the decoder-only rows' attention mass on the source, the "
@@ -133,7 +119,7 @@ def _by_layer(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[st
     fig = Figure(figsize=(3.4 * len(measured), 3.4), layout="constrained")
     for i, (row, (kind, layers)) in enumerate(measured):
         ax = fig.add_subplot(1, len(measured), i + 1)
-        done = _finished(runs, row)
+        done = finished(runs, row)
         for layer in layers:
             cols = [f"metrics.src_{kind}_L{layer}_p{p}" for p in positions(runs, f"{kind}_L{layer}")]
             cols = [c for c in cols if c in done and done[c].notna().any()]
@@ -152,7 +138,7 @@ def plot_source_attention(runs: pd.DataFrame, order: list[str], kinds: list[str]
         ax = fig.add_subplot(1, len(kinds), i + 1)
         pos = positions(runs, kind)
         for row in order:
-            done = _finished(runs, row)
+            done = finished(runs, row)
             cols = [f"metrics.src_{kind}_p{p}" for p in pos if f"metrics.src_{kind}_p{p}" in done]
             if not len(done) or not cols or done[cols[0]].isna().all():
                 continue

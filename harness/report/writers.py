@@ -19,7 +19,7 @@ from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, table1, table2, table3, table4
-from harness.report.common import _PROVENANCE, load_results, report_folder
+from harness.report.common import _PROVENANCE, declared_table, load_results, report_folder
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
@@ -34,7 +34,7 @@ NO_TABLE = "table3"
 
 def writer_for(parent: dict, study: str) -> Writer:
     """The layout of a study's report, from its parent run's `table` (a study named after a table counts)."""
-    table = parent["tags"].get("table") or parent["params"].get("table") or (study if study in WRITERS else "")
+    table = declared_table(parent) or (study if study in WRITERS else "")
     if not table:
         return WRITERS[NO_TABLE]
     if table not in WRITERS:
