@@ -232,8 +232,10 @@ def _cmd_probe_scaling(args) -> int:
 
 def _cmd_probe_agreement(args) -> int:
     from harness.eval.agreement import BUCKETS, LONG_FROM, bucket_label, bucket_name, wilson
-    from harness.train.rescore import agreement_of_run
-    metrics, averaged = agreement_of_run(args.run_dir, args.sentences, args.device)
+    from harness.train.rescore import measure_run
+    if args.sentences < 1:
+        raise UserError(f"--sentences {args.sentences}: give a whole number of sentences, at least 1.")
+    metrics, averaged = measure_run(args.run_dir, "agreement", {"sentences": args.sentences}, args.device)
     if args.json:
         print(json.dumps(metrics))
         return 0
@@ -251,19 +253,21 @@ def _cmd_probe_agreement(args) -> int:
 
 def _cmd_probe_heads(args) -> int:
     """The heads probe on a finished run: heads.json and the paper's Figures 3-5 as PNGs in --out, a summary."""
-    from harness.io import atomic_write, check_writable
+    from harness.io import check_writable
     from harness.report.heads import RELATION_NAMES, draw_figures
-    from harness.train.rescore import heads_of_run, run_config
-    if args.beam < 1 or args.agreement_sentences < 0:
-        raise UserError(f"--beam {args.beam} / --agreement-sentences {args.agreement_sentences}: the beam is at least "
+    from harness.train.rescore import measure_run, run_config
+    if args.beam < 1 or args.contrasts < 0:
+        raise UserError(f"--beam {args.beam} / --agreement-sentences {args.contrasts}: the beam is at least "
                         "1 and the agreement sentences at least 0 (0: no agreement contrasts).")
+    if args.sentences < 4:
+        raise UserError(f"--sentences {args.sentences}: give a whole number of dev sentences, at least 4.")
     run_config(args.run_dir)                 # a run directory at all, before anything is made
     out = args.out if args.out is not None else args.run_dir / "heads"
     check_writable(out, "--out", "choose a writable directory", keep=False)
-    metrics, payload, averaged = heads_of_run(args.run_dir, args.sentences, args.device, args.agreement_sentences,
-                                              args.beam)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [atomic_write(out / "heads.json", json.dumps(payload) + "\n"), *draw_figures(payload["figures"], out)]
+    metrics, averaged = measure_run(args.run_dir, "heads", {"sentences": args.sentences, "contrasts": args.contrasts,
+                                                            "beam": args.beam}, args.device, out)
+    payload = json.loads((out / "heads.json").read_text(encoding="utf-8"))
+    files = [out / "heads.json", *draw_figures(payload["figures"], out)]
     if args.json:
         print(json.dumps(metrics))
         return 0
@@ -440,7 +444,8 @@ def _add_probes(sub) -> None:
     hd.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
     hd.add_argument("--sentences", type=int, default=500, help="dev sentences to probe (half scored, half for the "
                                                                "curves)")
-    hd.add_argument("--agreement-sentences", type=int, default=200, help="contrastive sentences for Δ agreement")
+    hd.add_argument("--agreement-sentences", dest="contrasts", type=int, default=200,
+                    help="contrastive sentences for Δ agreement")
     hd.add_argument("--beam", type=int, default=1, help="beam size of the ablations' decodes (1: greedy)")
     hd.add_argument("--out", type=Path, default=None, help="where heads.json and the figures go (default "
                                                            "RUN_DIR/heads)")

@@ -15,6 +15,7 @@ import yaml
 
 from harness.data.corpus import DataConfig
 from harness.errors import UserError, suggest
+from harness.measure.registry import field_types as measure_field_types
 from harness.train import TrainConfig
 from model import ConfigError, with_settings
 from model.family import field_types
@@ -26,7 +27,10 @@ def _fields(cls: type | None) -> dict[str, Any]:
     if cls is None:                    # the model section: the settings of every registered model family
         return field_types()
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    out = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "measures"}
+    if cls is TrainConfig:             # and the measurements' settings, spelled as train keys (harness/measure)
+        out.update(measure_field_types())
+    return out
 
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -110,7 +114,7 @@ def apply(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, sets: dict[st
         model_cfg = with_settings(model_cfg, **sets.get("model", {}))
     except ConfigError as err:
         raise UserError(str(err)) from None
-    train_cfg = dataclasses.replace(train_cfg, **sets.get("train", {}))
+    train_cfg = train_cfg.replace(**sets.get("train", {}))
     train_cfg.validate()
     data_cfg = dataclasses.replace(data_cfg, **sets.get("data", {}))
     return model_cfg, train_cfg, data_cfg

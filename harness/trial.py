@@ -42,6 +42,8 @@ def hashed_settings(cfg) -> dict:
     """A config's settings as its trial's hash sees them: every field, except that a field its class declares
     in `ADDED_LATER` (added after studies had run with it unset) is left out while it holds its default, so
     that those studies' trials keep their hashes and `--resume` still finds them."""
+    if hasattr(cfg, "hashed"):          # TrainConfig: its measurements' settings too (TrainConfig.hashed)
+        return cfg.hashed()
     later = set(getattr(type(cfg), "ADDED_LATER", ()))
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     return {k: v for k, v in to_dict(cfg).items() if not (k in later and v == defaults[k])}
@@ -78,7 +80,7 @@ class Trial:
         """The trial as plain data, for Ray's param_space (and back with `from_dict`)."""
         return {"row": self.row, "seed": self.seed, "kind": self.kind,
                 "model": to_dict(self.model) if self.model is not None else None,
-                **{part: dataclasses.asdict(getattr(self, part)) if getattr(self, part) is not None else None
+                **{part: to_dict(getattr(self, part)) if getattr(self, part) is not None else None
                    for part in ("train", "data", "probe")}}
 
     @classmethod
@@ -89,7 +91,7 @@ class Trial:
         probe = spec.get("probe")
         return cls(spec["row"], spec["seed"], kind=spec.get("kind", "train"),
                    model=config_from_dict(spec["model"]) if spec.get("model") is not None else None,
-                   train=TrainConfig(**spec["train"]) if spec.get("train") is not None else None,
+                   train=TrainConfig.from_dict(spec["train"]) if spec.get("train") is not None else None,
                    data=DataConfig(**spec["data"]) if spec.get("data") is not None else None,
                    probe=probe_type(**{k: listed(v) for k, v in probe.items()}) if probe is not None else None)
 

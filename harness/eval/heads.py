@@ -382,7 +382,7 @@ def figure_sentences(maps: list, rels: list, scores: dict[str, dict]) -> dict:
 
 
 def heads_probe(model, tokenizer: Tokenizer, split, trees: list[str], data_cfg, device: torch.device, *,
-                sentences: int, agreement_sentences: int = 200, beam: int = 1, max_extra: int = 20,
+                sentences: int, contrast_sentences: int = 200, beam: int = 1, max_extra: int = 20,
                 max_tokens: int = 4000, lang: str = "de", moses: str = "2025") -> tuple[dict, dict]:
     """The whole probe on a trained encoder-decoder and the first `sentences` of its dev split (with their gold
     trees): (metrics for MLflow, the payload heads.json keeps: per head scores and ablations, the curves, the
@@ -402,7 +402,7 @@ def heads_probe(model, tokenizer: Tokenizer, split, trees: list[str], data_cfg, 
     scores = head_scores(maps, rels[:rank])
     enc = [a for kind, _, a in attention_layers(model) if kind == "enc"]
     L, H = len(enc), enc[0].n_heads
-    pairs = contrastive_pairs(data_cfg, agreement_sentences) if agreement_sentences else []
+    pairs = contrastive_pairs(data_cfg, contrast_sentences) if contrast_sentences else []
     scorer = Scorer(model, tokenizer, split, n, pairs, device, beam=beam, max_extra=max_extra,
                     max_tokens=max_tokens, lang=lang, moses=moses)
     heads = all_heads(model)
@@ -434,7 +434,7 @@ def heads_probe(model, tokenizer: Tokenizer, split, trees: list[str], data_cfg, 
 def probe_metrics(payload: dict) -> dict[str, float]:
     """The probe's headline figures, as MLflow metrics: per relation the best head's score, the best fixed
     offset's and the gain between them; the shares of heads prunable within the tolerance; the correlations."""
-    out: dict[str, float] = {"heads_sentences": payload["sentences"], "heads_base_nll": payload["base"]["nll"],
+    out: dict[str, float] = {"heads_base_nll": payload["base"]["nll"],
                              "heads_base_bleu": payload["base"]["bleu"], "heads_base_agree": payload["base"]["agree"]}
     for name, s in payload["scores"].items():
         best = max((v for row in s["scores"] for v in row), default=float("nan"))

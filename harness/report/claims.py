@@ -33,38 +33,33 @@ from pathlib import Path
 import pandas as pd
 
 from harness.io import load_yaml
+from harness.measure.registry import claim_metrics
 from harness.report.shares import fade_per_run, positions
 
 CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
 # Metric name in claims.yaml -> (the final MLflow metric, transform). nll: ln(PPL), so that differences are
-# ratios of perplexity and seeds average on the scale the loss is trained on.
-METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
-           "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
-           "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
-           "test_bleu_tok_lc": ("test_bleu_tok_lc", None),     # Multi30K's literature: lowercased, tokenized
-           "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None),
-           # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at the
-           # largest n, measured and by the layer's construction, and path lengths at the largest path n,
-           # measured from gradients and by the paper's formula.
-           "exp_n": ("exp_n_fwd", None), "exp_d": ("exp_d_fwd", None), "seq_ops": ("seq_ops_measured", None),
-           "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
-           "path_formula": ("path_formula_max_n", None),
-           # Table 2's rivals: the training cost counted (FLOPs), and the agreement contrasts' accuracy (%) over
-           # the pairs at least 4 target words apart (harness/eval/agreement.py).
-           "train_flops": ("train_flops", None), "agree_long": ("agree_acc_long", None),
-           # studies/decoder_only.yaml: how far the source's share of what the attention sub-layers add falls from
-           # the first target positions to the later ones, per run (harness/report/shares.py's fade,
-           # from the src_contrib_pT metrics; > 0: the source fades).
-           "src_contrib_fade": ("contrib", "fade"),
-           # studies/extrapolation.yaml (§3.5): ln PPL and tokenized BLEU on the longest source-length bucket
-           # (2.5 to 3 times the training lengths; harness/eval/extrapolation.py).
-           "long_nll": ("len_b4_ppl", "log"), "long_bleu": ("len_b4_bleu", None),
-           # studies/heads.yaml (the paper's Figures 3-5; harness/eval/heads.py): the best encoder head's score on
-           # verb -> subject pairs at least 4 words apart minus the best fixed offset's (points); the share of the
-           # encoder's heads masked, least important first, before BLEU falls more than 1 below the unmasked
-           # model's; Spearman's rho between the encoder heads' relation gains and the harm of masking each.
-           "heads_long_gain": ("heads_subject_long_gain", None), "heads_prunable": ("heads_prunable_enc", None),
-           "heads_rho": ("heads_rho_zero", None)}
+# ratios of perplexity and seeds average on the scale the loss is trained on. The measurements' metrics
+# (harness/measure: agreement, source attention, length buckets, heads) join them from the registry: `metrics`.
+CORE_METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
+                "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
+                "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
+                "test_bleu_tok_lc": ("test_bleu_tok_lc", None),     # Multi30K's literature: lowercased, tokenized
+                "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None),
+                # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at
+                # the largest n, measured and by the layer's construction, and path lengths at the largest path n,
+                # measured from gradients and by the paper's formula.
+                "exp_n": ("exp_n_fwd", None), "exp_d": ("exp_d_fwd", None), "seq_ops": ("seq_ops_measured", None),
+                "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
+                "path_formula": ("path_formula_max_n", None),
+                # Table 2's rivals: the training cost counted (FLOPs)
+                "train_flops": ("train_flops", None)}
+
+
+def metrics() -> dict[str, tuple[str, str | None]]:
+    """Every metric a claim can name: {claims.yaml key: (the final MLflow metric, transform)}."""
+    return {**CORE_METRICS, **claim_metrics()}
+
+
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]   # two-sided 95 % quantiles of Student's t, df = 1..30 (then the normal's 1.960)
@@ -114,6 +109,7 @@ def load_claims() -> tuple[Claim, ...]:
     """Every claim of claims.yaml, checked: a wrong key or value names the claim and what is allowed."""
     raw = load_yaml(CLAIMS.read_text(encoding="utf-8"))
     out = []
+    METRICS = metrics()
     for i, item in enumerate(raw["claims"]):
         where = f"{CLAIMS}: claim {item.get('id', i)}"
         try:
@@ -163,7 +159,7 @@ def claims_for(study: str) -> list[Claim]:
 def per_seed(runs: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
     """{row: {seed: value}} for a claims metric over the FINISHED runs (nll = ln PPL; a fade computed from the
     runs' metrics by target position)."""
-    key, transform = METRICS[metric]
+    key, transform = metrics()[metric]
     out: dict[str, dict[int, float]] = {}
     done = runs[runs["status"] == "FINISHED"]
     if transform == "fade":

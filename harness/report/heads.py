@@ -94,9 +94,9 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
 def _payloads(runs: pd.DataFrame, uri: str) -> list[tuple[int, dict]]:
     """(seed, heads.json) of every finished trial that ran the probe, by seed; each payload with the run's own
     shares of heads prunable (`prunable`: enc, all; the heads_prunable_* metrics the probe computed)."""
-    if "metrics.heads_sentences" not in runs:
+    if "metrics.heads_base_nll" not in runs:
         return []
-    done = runs[(runs["status"] == "FINISHED") & runs["metrics.heads_sentences"].notna()]
+    done = runs[(runs["status"] == "FINISHED") & runs["metrics.heads_base_nll"].notna()]
     out = []
     for _, run in done.iterrows():
         payload = tracking.artifact_json(uri, run["run_id"], "heads.json")
@@ -189,8 +189,9 @@ def _plot(payloads: list[tuple[int, dict]], path: Path) -> Path:
     return save_png(fig, path)
 
 
-def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str) -> tuple[list[str], list[Path]]:
-    """The report's heads section (its images linked) and its PNGs, or ([], []) where no trial ran the probe."""
+def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str, setting: str) -> tuple[list[str], list[Path]]:
+    """The report's heads section (its images linked) and its PNGs, or ([], []) where no trial ran the probe;
+    `setting`: the study setting that asks for the probe (harness/measure/heads.py)."""
     payloads = _payloads(runs, uri)
     if not payloads:
         return [], []
@@ -200,7 +201,7 @@ def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str) -> tup
     n, rank = first["sentences"], first["rank_sentences"]
     lines = ["## Attention heads (the paper's Figures 3-5, measured)", "",
              f"After training, each trial probed its heads on the first {n} dev sentences and their gold trees "
-             f"(`train.heads_sentences`; harness/eval/heads.py). Scores, figures and single-head ablations use the "
+             f"(`{setting}`; harness/eval/heads.py). Scores, figures and single-head ablations use the "
              f"first {rank}; the pruning curves the other {n - rank}. Means over {len(payloads)} seeds ± half their "
              "95 % t-intervals; a head is named by its layer and number from 1 (heads are not the same across seeds).",
              "", "### Figures 3-5, redrawn", "",

@@ -22,6 +22,7 @@ from harness.report.common import (
     late_changes_section,
     md_table,
     mean_of,
+    measurement_sections,
     no_data,
     num,
     param_of,
@@ -37,7 +38,6 @@ from harness.report.common import (
     text_of,
     write_files,
 )
-from harness.report.rivals import agreement_section, compute_section
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
@@ -292,12 +292,9 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     # The families side by side: the rows of one language pair (the rivals train EN-DE), each section with its plot
     en_de = [r["row"] for r in table.to_dict("records") if r["pair"] == PAIRS["en_de"]]
     lines += ["", *architecture_section(results["runs"], table["row"].tolist())]
-    extra = []
-    for section, plot in (compute_section(results["runs"], uri, en_de, out_dir / f"{study}_bleu_vs_compute.png"),
-                          agreement_section(results["runs"], en_de, out_dir / f"{study}_agreement.png")):
-        if section:
-            lines += ["", *section, f"![{plot.stem}]({plot.name})", ""]
-            extra.append(plot)
+    # the measurements the rows took (harness/measure: the BLEU curve against compute, the agreement contrasts)
+    measured, extra = measurement_sections(results["runs"], en_de, uri, out_dir, study)
+    lines += measured
     lines += ["", *late_changes_section(results["parent"])]
     return write_files(study, out_dir, lines, table, plots,
                        claims_section(study, results["runs"], uri, results["parent"])) + extra

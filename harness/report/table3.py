@@ -14,7 +14,6 @@ from matplotlib.figure import Figure
 from harness.io import atomic_write
 from harness.paper import columns, load_tables
 from harness.report import claims
-from harness.report.attention_stats import attention_stats_section
 from harness.report.common import (
     _PER_SEED,
     METRICS,
@@ -23,6 +22,7 @@ from harness.report.common import (
     column,
     declared_rows,
     header_lines,
+    measurement_sections,
     num,
     plot_learning_curves,
     pm,
@@ -36,9 +36,6 @@ from harness.report.common import (
     synthetic_data,
     table_name,
 )
-from harness.report.extrapolation import length_section
-from harness.report.heads import heads_section
-from harness.report.source_attention import source_attention_section
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
 ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")
@@ -247,18 +244,9 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     plots = [plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png"),
              plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
              plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
-    # Rows that measured how much each target position reads the source (studies/decoder_only.yaml) get that
-    # section before the claims.
-    extra, extra_plots = source_attention_section(runs, table["row"].tolist(),
-                                                  out_dir / f"{study}_source_attention.png")
-    # Rows that measured their attention's softmax and gradients (studies/scaling_dk.yaml, §3.2.1) get that section.
-    stats, stats_plots = attention_stats_section(runs, table["row"].tolist(), uri,
-                                                 out_dir / f"{study}_attention_stats.png")
-    # Rows scored past their training lengths (studies/extrapolation.yaml, §3.5) get that section.
-    lengths, length_plots = length_section(runs, table["row"].tolist(), out_dir / f"{study}_length.png")
-    # Rows that probed their heads (studies/heads.yaml, the paper's Figures 3-5) get that section.
-    heads, heads_plots = heads_section(runs, uri, out_dir, study)
-    extra, extra_plots = [*heads, *lengths, *stats, *extra], [*heads_plots, *length_plots, *stats_plots, *extra_plots]
+    # The sections of the measurements the rows took (harness/measure: the heads probe, length buckets, attention
+    # statistics, source attention, ...), before the claims.
+    extra, extra_plots = measurement_sections(runs, table["row"].tolist(), uri, out_dir, study)
     csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
     md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
                                                                [*architecture_section(runs, table["row"].tolist()),

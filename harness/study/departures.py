@@ -23,7 +23,7 @@ MAX_TAG = 7_900        # MLflow keeps tag values up to 8,000 characters
 
 def _flat(trial) -> dict[str, object]:
     return {**{f"model.{k}": v for k, v in to_dict(trial.model).items()},
-            **{f"train.{k}": v for k, v in dataclasses.asdict(trial.train).items()},
+            **{f"train.{k}": v for k, v in trial.train.to_dict().items()},
             **{f"data.{k}": v for k, v in dataclasses.asdict(trial.data).items()}}
 
 

@@ -76,15 +76,15 @@ class Layers:
                 - set(sets.get("model", {})))
         # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
         model = with_settings(with_settings(get_preset(self.preset), **self.base["model"]), **own["model"])
-        train_cfg = dataclasses.replace(TRAIN_PRESETS[self.preset], **{**self.base["train"], **own["train"]})
+        train_cfg = TRAIN_PRESETS[self.preset].replace(**{**self.base["train"], **own["train"]})
         data = dataclasses.replace(DataConfig(), **{**self.base["data"], **own["data"]})
         # a profile's scale applies to the fields the row's family has (a rival has no d_ff, d_k or N)
         model = with_settings(model, **{k: scaled(getattr(model, k), f) for k, f in self.factors["model"].items()
                                         if hasattr(model, k)})
-        train_cfg = dataclasses.replace(train_cfg, **{k: scaled(getattr(train_cfg, k), f)
+        train_cfg = train_cfg.replace(**{k: scaled(getattr(train_cfg, k), f)
                                                       for k, f in self.factors["train"].items()})
         data = dataclasses.replace(data, **{k: scaled(getattr(data, k), f) for k, f in self.factors["data"].items()})
-        train_cfg = dataclasses.replace(train_cfg, **last["train"], seed=seed)
+        train_cfg = train_cfg.replace(**last["train"], seed=seed)
         train_cfg.validate()
         # The profile's settings of every row, like its scale, apply to the fields the row's family has; its
         # settings of this row and `run --set` apply whole (a field the family lacks is refused).
@@ -217,7 +217,7 @@ def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
 # --- the trial ---
 
 def params(trial: Trial) -> dict:
-    return {"model": to_dict(trial.model), "train": dataclasses.asdict(trial.train),
+    return {"model": to_dict(trial.model), "train": trial.train.to_dict(),
             "data": dataclasses.asdict(trial.data)}
 
 

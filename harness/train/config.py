@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -9,6 +10,9 @@ import torch
 
 from harness.errors import UserError
 from harness.eval.bleu import moses_version
+from harness.measure.registry import get as get_measurement
+from harness.measure.registry import measurements, setting_keys
+from harness.measure.registry import validate as validate_measurement
 
 
 @dataclass(frozen=True)
@@ -77,48 +81,25 @@ class TrainConfig:
     # dev evaluations pass without a new best, at most decay_times times (harness/train/patience.py).
     lr_patience: int = 0
     clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
-    # The made-up corpus only: score this many sentences' subject-verb agreements as contrastive pairs after
-    # training (harness/eval/agreement.py; §4's long-range argument), logged as agree_* metrics (0: none).
-    agreement_sentences: int = 0
-    # A quality curve beside the dev PPL: every eval_every steps and at the last, greedy-decode the first this
-    # many dev sentences and log their tokenized BLEU (curve_bleu) with the target tokens and seconds trained
-    # so far (curve_tokens, curve_seconds): dev BLEU against training FLOPs and wall time (0: no curve).
-    curve_bleu_sentences: int = 0
-    # After training, how much each target position's attention reads the source, by position, over the first
-    # this many dev sentences (harness/eval/source_attention.py: Fu et al. 2023's attention degeneration),
-    # logged as src_contrib_pT and, for the decoder-only family, src_mass_pT (0: not measured).
-    source_attention_sentences: int = 0
-    # §3.2.1's softmax saturation: before the first update, at every evaluation and on the final weights, the
-    # attention logits' variance, the largest attention probability, the entropy and the gradient norm of W^Q
-    # and W^K over the first this many dev sentences as one batch (harness/eval/attention_stats.py), logged as
-    # attn_* metrics (0: not measured; an encoder-decoder only).
-    attention_stats_sentences: int = 0
-    # The made-up corpus only: §3.5's length extrapolation, scoring this many sentences of each source-length
-    # bucket from 1 to 3 x data.max_words words (harness/eval/extrapolation.py) after training, logged as len_b*
-    # metrics (0: not measured).
-    length_sentences: int = 0
-    # The made-up corpus's encoder-decoder only: after training, the heads probe (harness/eval/heads.py, the
-    # paper's Figures 3-5 measured) over the first this many dev sentences with their gold trees: head scores,
-    # each head masked, pruning curves, logged as heads_* metrics and the artifact heads.json (0: not run).
-    heads_sentences: int = 0
+    # The measurements taken beside or after training (harness/measure: agreement contrasts, the heads probe,
+    # source attention, attention statistics, length buckets, the BLEU curve), each with settings of its own:
+    # ((name, settings), ...) for those not at their defaults. Spelled `train.NAME_FIELD` in study files, --set
+    # and config.json (e.g. train.curve_bleu_sentences); `replace`, `to_dict` and `from_dict` read and write them so.
+    measures: tuple = ()
 
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
-                                              "decay_times", "decay_factor", "clip_norm",
-                                              "agreement_sentences", "curve_bleu_sentences",
-                                              "source_attention_sentences", "attention_stats_sentences",
-                                              "length_sentences", "heads_sentences", "cpu_amp", "patience",
+                                              "decay_times", "decay_factor", "clip_norm", "cpu_amp", "patience",
                                               "average_at", "lr_patience")
+    # (every measurement setting is left out of the hash at its default too: `hashed`)
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"train setting {name} must be at least 1, got {getattr(self, name)}.")
         for name in ("warmup", "checkpoint_every", "average_last", "eval_every", "bleu_sentences", "max_extra",
-                     "patience", "lr_patience",
-                     "agreement_sentences", "curve_bleu_sentences", "source_attention_sentences",
-                     "attention_stats_sentences", "length_sentences", "heads_sentences"):
+                     "patience", "lr_patience"):
             if getattr(self, name) < 0:
                 raise UserError(f"train setting {name} must not be negative, got {getattr(self, name)}.")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -156,6 +137,65 @@ class TrainConfig:
         if self.pack and self.shape_buckets:
             raise UserError("pack and shape_buckets exclude each other: a packed batch has no padding to bucket; "
                             "set one of them.")
+        for m, settings in self.active():
+            validate_measurement(m, settings)
+
+    # --- the measurements' settings (harness/measure), spelled as `train.` keys ---
+
+    def active(self) -> list:
+        """The measurements this run takes, [(measurement, settings)], in the registry's order."""
+        own = dict(self.measures)
+        return [(m, own[m.name]) for m in measurements() if m.name in own and m.takes(own[m.name])]
+
+    def settings_of(self, name: str):
+        """The settings of measurement `name` (its defaults, not measured, when this run does not take it)."""
+        return dict(self.measures).get(name) or get_measurement(name).default()
+
+    def replace(self, **changes) -> TrainConfig:
+        """dataclasses.replace that also takes the measurements' keys (e.g. curve_bleu_sentences=100)."""
+        keys = setting_keys()
+        own, updates = dict(self.measures), {}
+        for key, value in changes.items():
+            if key not in keys:
+                updates[key] = value
+                continue
+            m, name = keys[key]
+            settings = dataclasses.replace(own.get(m.name) or m.default(), **{name: value})
+            own[m.name] = settings
+        own = {name: s for name, s in own.items() if s != get_measurement(name).default()}
+        return dataclasses.replace(self, **updates, measures=tuple(sorted(own.items())))
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        """A config from `to_dict`'s plain data (config.json, a trial's params); an unknown key is a TypeError."""
+        keys = setting_keys()
+        plain = {k: v for k, v in values.items() if k not in keys and k != "measures"}
+        return cls(**plain).replace(**{k: v for k, v in values.items() if k in keys})
+
+    def to_dict(self) -> dict:
+        """Every setting as plain data, the measurements' under their `train.` keys (at their defaults too)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "measures"}
+        for m in measurements():
+            settings = self.settings_of(m.name)
+            out.update({key: getattr(settings, name) for key, name in m.keys().items()})
+        return out
+
+    def hashed(self) -> dict:
+        """The settings a trial's config hash sees (harness/trial.py): `to_dict` without the ADDED_LATER fields
+        and the measurement settings that hold their defaults, so that trials run before they existed keep
+        their hashes."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        measured = setting_keys()
+        out = {}
+        for key, value in self.to_dict().items():
+            if key in measured:
+                m, name = measured[key]
+                if value == getattr(m.default(), name):
+                    continue
+            elif key in self.ADDED_LATER and value == defaults[key]:
+                continue
+            out[key] = value
+        return out
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -10,13 +10,9 @@ from pathlib import Path
 import torch
 
 from harness.data.corpus import TOKENIZED_FORM, DataConfig
-from harness.eval.agreement import agreement_metrics
-from harness.eval.attention_stats import dev_attention_statistics
 from harness.eval.evaluate import evaluate, perplexity
-from harness.eval.extrapolation import length_metrics
-from harness.eval.heads import dev_trees, heads_probe
-from harness.eval.source_attention import source_attention_metrics
 from harness.io import atomic_write, atomic_writer
+from harness.measure.registry import Context, measured
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs
 from harness.train.config import TrainConfig
@@ -35,12 +31,12 @@ def scored_steps(cfg: TrainConfig, ckpt: Checkpointer, rule: Patience | None) ->
 
 
 def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer,
-                  data_cfg: DataConfig | None = None, rule: Patience | None = None) -> tuple[dict, list]:
+                  data_cfg: DataConfig | None = None, rule: Patience | None = None,
+                  out: Path | None = None) -> tuple[dict, list]:
     """Average the checkpoints of `scored_steps` into the model (when there are any), then score it.
     Averaged, the last checkpoint alone is scored first: its dev PPL (dev_ppl_last) and, with eval_test, the
-    whole test evaluation (the test_*_last metrics). With cfg.agreement_sentences, the final weights also
-    score the made-up corpus's agreement contrasts (agree_* metrics); with cfg.source_attention_sentences,
-    they measure how much each target position reads the source (src_* metrics)."""
+    whole test evaluation (the test_*_last metrics). Then the run's measurements (harness/measure) take the
+    final weights; `out`, the run directory, receives their artifacts (None: none written)."""
     eval_kwargs = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
                        max_tokens=cfg.max_tokens, bleu_sentences=cfg.bleu_sentences or None,
                        autocast=autocast, constrained=cfg.constrained,
@@ -65,20 +61,9 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
     if cfg.eval_test:
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
         metrics.update(test_metrics)
-    if cfg.agreement_sentences and data_cfg is not None:
-        metrics.update(agreement_metrics(model, data.tokenizer, data_cfg, cfg.agreement_sentences, device,
-                                         cfg.max_tokens, autocast))
-    if cfg.source_attention_sentences:
-        metrics.update(source_attention_metrics(model, data.dev.data, cfg.source_attention_sentences, device,
-                                                cfg.max_tokens))
-    if cfg.length_sentences and data_cfg is not None:
-        metrics.update(length_metrics(model, data.tokenizer, data_cfg, cfg.length_sentences, device,
-                                      beam_size=cfg.beam_size, alpha=cfg.alpha, max_extra=cfg.max_extra,
-                                      max_tokens=cfg.max_tokens, autocast=autocast, lang=data.tgt_lang,
-                                      moses=str(cfg.bleu_moses)))
-    if cfg.attention_stats_sentences:
-        metrics.update(dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences, device,
-                                                cfg.label_smoothing))
+    # The measurements taken on the final weights (harness/measure), in the registry's order
+    metrics.update(measured(cfg.active(), "at_end", lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang,
+                                                                   data_cfg, cfg, device, autocast, out)))
     metrics.update(last_metrics)
     metrics["averaged_checkpoints"] = averaged
     return metrics, hyps
@@ -89,15 +74,7 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     """The final metrics: the evaluation's, then `run` (what the loop measured), then the corpus's.
     The main rank writes metrics.json and the first 50 dev translations."""
     t_eval = time.perf_counter()
-    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg, rule)
-    if cfg.heads_sentences and data_cfg is not None and is_main:
-        # The heads probe on the final weights (harness/eval/heads.py): its figures as metrics, the rest (per-head
-        # scores and ablations, the curves, the figures' attention) in heads.json beside the weights.
-        scored, payload = heads_probe(model, data.tokenizer, data.dev, dev_trees(data_cfg), data_cfg, device,
-                                      sentences=cfg.heads_sentences, max_extra=cfg.max_extra,
-                                      max_tokens=cfg.max_tokens, lang=data.tgt_lang, moses=str(cfg.bleu_moses))
-        metrics.update(scored)
-        atomic_write(out / "heads.json", json.dumps(payload) + "\n")
+    metrics, hyps = final_metrics(model, data, cfg, device, autocast, ckpt, data_cfg, rule, out if is_main else None)
     train_data = data.train.data
     averaged = metrics.pop("averaged_checkpoints")
     run = dict(run)

@@ -15,16 +15,11 @@ from typing import Callable
 
 import torch
 
-from harness.data.batching import ParallelData
 from harness.data.corpus import DataConfig, Dataset, load_dataset
 from harness.errors import UserError
-from harness.eval.agreement import check_agreement_data
-from harness.eval.attention_stats import dev_attention_statistics
-from harness.eval.bleu import tokenized_bleu
-from harness.eval.evaluate import perplexity, translate
-from harness.eval.extrapolation import check_length_data
-from harness.eval.heads import check_heads_data
+from harness.eval.evaluate import perplexity
 from harness.io import atomic_write, check_writable
+from harness.measure.registry import Context, measured
 from harness.system import pin_allocator
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import training_loss
@@ -105,15 +100,9 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
     if getattr(model_cfg, "positional", None) == "alibi" and cfg.pack:
         raise UserError("positional=alibi needs padded batches (its bias counts each sentence's positions from 0 in "
                         "its own row); set train.pack false.")
-    if cfg.agreement_sentences:              # the agreement probe needs the made-up corpus: refused before training
-        check_agreement_data(data_cfg)
-    if cfg.length_sentences:                 # so do §3.5's length buckets
-        check_length_data(data_cfg)
-    if cfg.heads_sentences:                  # and the heads probe, an encoder-decoder's on the gold trees
-        check_heads_data(data_cfg)
-        if getattr(model_cfg, "family", "transformer") != "transformer":
-            raise UserError(f"train.heads_sentences probes the Transformer's heads; this row's model is the "
-                            f"{model_cfg.family} family (set train.heads_sentences 0 for it).")
+    for m, settings in cfg.active():        # each measurement refuses data or a model it cannot measure, first
+        if m.check is not None:
+            m.check(settings, model_cfg, data_cfg)
     device = torch.device(ranks.device) if ranks.device else resolve_device(cfg.device)
     if device.type == "cpu":
         pin_allocator()               # reuse the large blocks of every step instead of page-faulting them again
@@ -121,7 +110,7 @@ def setup(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out: P
         check_writable(out, "output directory", "choose a writable path")
     data = dataset or load_dataset(data_cfg, model_cfg.vocab_size, model_cfg.max_len)
     model_cfg = with_settings(model_cfg, vocab_size=data.tokenizer.vocab_size)
-    resolved = {"model": to_dict(model_cfg), "train": dataclasses.asdict(cfg), "data": dataclasses.asdict(data_cfg)}
+    resolved = {"model": to_dict(model_cfg), "train": cfg.to_dict(), "data": dataclasses.asdict(data_cfg)}
     if ranks.is_main and out is not None:
         atomic_write(out / "config.json", json.dumps(resolved, indent=2) + "\n")
     torch.manual_seed(cfg.seed)
@@ -161,10 +150,11 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
     wall_before, t_loop = clock.get("wall_seconds", 0.0), time.perf_counter()
     cpu_before, cores = clock.get("cpu_seconds", 0.0), torch.get_num_threads() * ranks.world
-    attn_stats = lambda: dev_attention_statistics(model, data.dev.data, cfg.attention_stats_sentences,  # noqa: E731
-                                                  device, cfg.label_smoothing)
-    if cfg.attention_stats_sentences and ranks.is_main and step == 0:     # the initialisation's (§3.2.1)
-        log.record(0, attn_stats())
+    measures = cfg.active()
+    context = lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang, data_cfg, cfg, device,  # noqa: E731
+                              autocast, out, clock, step)
+    if ranks.is_main and step == 0 and any(m.at_init for m, _ in measures):   # taken on the initialisation
+        log.record(0, measured(measures, "at_init", context))
     model.train()
     with stream:
         while step < cfg.steps and not out_of_time() and not stop_now:
@@ -186,16 +176,17 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             evaluated = log.should_eval(step)
             if evaluated and ranks.is_main:
                 dev_ppl = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
-                log.record(step, {"dev_ppl": dev_ppl, **(attn_stats() if cfg.attention_stats_sentences else {})})
+                log.record(step, {"dev_ppl": dev_ppl, **measured(measures, "at_eval", context)})
                 if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
                     ckpt.pin(window(sorted(set(ckpt.steps()) | {step}), step, cfg.average_last))
                 model.train()
             if rule and evaluated:
                 stop_now = agree_on_rule(rule, ranks)
-            if cfg.curve_bleu_sentences and ranks.is_main and (step == cfg.steps or log.should_eval(step)):
-                log.record(step, {"curve_bleu": curve_bleu(model, data, cfg, device, autocast),
-                                  "curve_tokens": clock["tokens_seen"], "curve_seconds": clock["train_seconds"]})
-                model.train()
+            if step == cfg.steps and not evaluated and ranks.is_main:   # the curves' last point, before averaging
+                last = [(m, s) for m, s in measures if m.eval_at_last]
+                if last:
+                    log.record(step, measured(last, "at_eval", context))
+                    model.train()
             looped = time.perf_counter() - t_loop
             clock["wall_seconds"], clock["cpu_seconds"] = wall_before + looped, cpu_before + looped * cores
             rule_state = rule.state_dict() if rule else None
@@ -229,16 +220,6 @@ def agree_on_rule(rule: Patience, ranks: Ranks) -> bool:
     if ranks.world > 1 and rule.lr_patience:
         rule.shrinks = int(ranks.sum(rule.shrinks if ranks.is_main else 0)[0])
     return ranks.agree(rule.exhausted)
-
-
-def curve_bleu(model, data: Dataset, cfg: TrainConfig, device, autocast) -> float:
-    """Tokenized BLEU of greedy translations of the first cfg.curve_bleu_sentences dev sentences: a learning
-    curve's point, cheap enough to take at every evaluation (the final BLEU is the beam search's)."""
-    n = min(cfg.curve_bleu_sentences, len(data.dev.data))
-    subset = ParallelData(data.dev.data.src_ids[:n], data.dev.data.tgt_ids[:n])
-    hyps = translate(model, data.tokenizer, subset, device, beam_size=1, alpha=cfg.alpha, max_extra=cfg.max_extra,
-                     max_tokens=cfg.max_tokens, autocast=autocast)
-    return tokenized_bleu(hyps, data.dev.tgt_text[:n], lang=data.tgt_lang, moses=str(cfg.bleu_moses)).score
 
 
 def clock_metrics(clock: dict, step: int) -> dict:

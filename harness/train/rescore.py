@@ -9,6 +9,7 @@ there). Decoding uses the run's settings (beam, alpha, max_extra, the tree const
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -22,9 +23,11 @@ from harness.data.parse import parse_pairs, parse_symbols
 from harness.data.readers import read_parallel
 from harness.data.trees import read_tree_texts
 from harness.errors import UserError
-from harness.eval.agreement import agreement_metrics, check_agreement_data
 from harness.eval.bleu import lc_norm_tok
 from harness.eval.evaluate import evaluate
+from harness.measure.registry import Context
+from harness.measure.registry import get as get_measurement
+from harness.measure.registry import validate as validate_measurement
 from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
 from harness.train.config import TrainConfig
 from harness.train.device import autocast_for, resolve_device
@@ -38,7 +41,7 @@ def run_config(run_dir: Path) -> tuple[ModelConfig, TrainConfig, DataConfig]:
                         "study trial wrote: config.json, checkpoints/, metrics.json).")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-        return config_from_dict(cfg["model"]), TrainConfig(**cfg["train"]), DataConfig(**cfg["data"])
+        return config_from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"]), DataConfig(**cfg["data"])
     except (ValueError, KeyError, TypeError, ConfigError) as err:
         raise UserError(f"{path}: not a run's resolved config ({err}); pass a run directory this harness "
                         "wrote.") from None
@@ -156,16 +159,6 @@ def load_run(run_dir: Path, device: str = "auto", checkpoint: int | None = None,
     return LoadedRun(model, tokenizer, train_cfg, data_cfg, dev, paths)
 
 
-def agreement_of_run(run_dir: str | Path, sentences: int, device: str = "auto") -> tuple[dict, int]:
-    """The agreement contrasts (harness/eval/agreement.py) scored by a finished run's final weights, as the run
-    itself scores them with train.agreement_sentences: (the agree_* metrics, checkpoints averaged)."""
-    if sentences < 1:
-        raise UserError(f"--sentences {sentences}: give a whole number of sentences, at least 1.")
-    run = load_run(Path(run_dir), device, check_data=check_agreement_data)
-    return agreement_metrics(run.model, run.tokenizer, run.data, sentences, run.device, run.train.max_tokens,
-                             autocast_for(run.device, run.train.amp, run.train.cpu_amp)), len(run.checkpoints)
-
-
 def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", device: str = "auto",
             checkpoint: int | None = None, constrained: bool = False) -> dict:
     """Metrics of the run's final weights (or of its checkpoint of step `checkpoint`) on `split` of
@@ -192,17 +185,27 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     return metrics
 
 
-def heads_of_run(run_dir: str | Path, sentences: int, device: str = "auto", agreement_sentences: int = 200,
-                 beam: int = 1) -> tuple[dict, dict, int]:
-    """The heads probe (harness/eval/heads.py) on a finished run's final weights and its own dev sentences:
-    (metrics, payload, checkpoints averaged)."""
-    from harness.eval.heads import check_heads_data, dev_trees, heads_probe
-    if sentences < 4:
-        raise UserError(f"--sentences {sentences}: give a whole number of dev sentences, at least 4.")
-    run = load_run(Path(run_dir), device, check_data=check_heads_data)
-    split, lang = read_split(corpus_dir(run.data), "dev", "translate", run.tokenizer, run.model.cfg.max_len)
-    metrics, payload = heads_probe(run.model, run.tokenizer, split, dev_trees(run.data), run.data, run.device,
-                                   sentences=sentences, agreement_sentences=agreement_sentences, beam=beam,
-                                   max_extra=run.train.max_extra, max_tokens=run.train.max_tokens, lang=lang,
-                                   moses=str(run.train.bleu_moses))
-    return metrics, payload, len(run.checkpoints)
+def measure_run(run_dir: str | Path, name: str, settings: dict, device: str = "auto",
+                out: Path | None = None) -> tuple[dict, int]:
+    """Measurement `name` (harness/measure) taken on a finished run's final weights, as the run itself takes it
+    on them with train.NAME_* settings, here `settings` ({field: value}); its artifacts go to `out` (None:
+    none written). Returns (its metrics, checkpoints averaged)."""
+    m = get_measurement(name)
+    if m.at_end is None:
+        raise UserError(f"measurement {name} is taken while a run trains, not on its final weights.")
+    try:
+        chosen = dataclasses.replace(m.default(), **settings)
+    except TypeError as err:
+        raise UserError(f"measurement {name}: {err}; its settings are "
+                        f"{', '.join(f.name for f in dataclasses.fields(m.settings))}.") from None
+    validate_measurement(m, chosen)
+    model_cfg, _, _ = run_config(Path(run_dir))
+    check = (lambda data_cfg: m.check(chosen, model_cfg, data_cfg)) if m.check is not None else None
+    run = load_run(Path(run_dir), device, check_data=check)
+    dev, lang = read_split(corpus_dir(run.data), "dev", run.data.task, run.tokenizer, run.model.cfg.max_len,
+                           run.data.parse_tags)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(run.model, run.tokenizer, dev, lang, run.data, run.train, run.device,
+                  autocast_for(run.device, run.train.amp, run.train.cpu_amp), out)
+    return m.at_end(ctx, chosen), len(run.checkpoints)
