@@ -17,7 +17,7 @@ from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summ
 from harness.report import claims
 from harness.report.rivals import at_budget
 from harness.report.writers import write_report
-from tests.test_report_tables import finish, start, trial
+from tests.helpers import finish, start, trial
 
 TINY = DataConfig(lexicon_scale=0.05, max_depth=2, max_words=12)      # table2.yaml's tiny corpus settings
 
@@ -96,7 +96,7 @@ def test_forced_decoding_logprobs_equal_each_familys_own_loss():
     from model import build_model
     from model.conv import ConvConfig
     from model.rnn import RNNConfig
-    from tests.small_models import small
+    from tests.helpers import small
     src = ["the dog runs .", "a cat sees the dog ."]
     tgt = ["der hund läuft .", "eine katze sieht den hund nicht ."]
     tok = _WordIds(" ".join(src + tgt).split())
@@ -118,7 +118,7 @@ def test_forced_decoding_logprobs_equal_each_familys_own_loss():
 def test_a_trained_run_logs_the_probe_and_the_curve_and_the_cli_agrees(tmp_path, capsys):
     """train.agreement_sentences and train.curve_bleu_sentences: the run's metrics hold the agree_* figures and
     metrics.jsonl the curve points; `probe agreement RUN_DIR` on the finished run gives the same figures."""
-    from tests.small_models import train_small
+    from tests.helpers import train_small
     metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.agreement_sentences=60",
                              "train.curve_bleu_sentences=8", steps=60)
     assert metrics["agree_pairs"] > 60 and 0 <= metrics["agree_acc"] <= 100
@@ -147,7 +147,7 @@ def test_summary_buckets_and_interval():
 
 
 def test_probe_refuses_a_run_on_real_text_in_one_sentence(tmp_path, capsys):
-    from tests.small_models import real_text_run
+    from tests.helpers import real_text_run
     run = real_text_run(tmp_path)
     assert main(["probe", "agreement", str(run)]) == 2
     err = capsys.readouterr().err.strip()

@@ -3,10 +3,10 @@ it trains."""
 
 import pytest
 import torch
-from small_models import small
 
 from model import ConfigError, Transformer
 from model.layers import ALiBi, alibi_slopes
+from tests.helpers import small
 
 
 def test_the_slopes_are_the_papers():
@@ -79,9 +79,8 @@ def test_training_packed_batches_with_alibi_is_one_sentence(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_run_is_scored_on_length_buckets_past_its_training_lengths(capsys, tmp_path):
-    from small_models import train_small
-
     from harness.cli import main
+    from tests.helpers import train_small
     metrics, resolved = train_small(main, capsys, tmp_path, "transformer", "d_model=32", "d_ff=64", "n_heads=4",
                                     "n_layers=2", "positional=alibi", "length_sentences=6", steps=30)
     # data.max_words 12: the training lengths, then steps of 6 words up to 36.

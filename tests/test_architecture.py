@@ -366,3 +366,14 @@ def test_architecture_md_follows_each_table3_column_from_its_row_to_the_line_tha
     assert row_trace_problems("| h | A1 | `n_heads` | `n_heads` | `model/layers.py::Nowhere.__init__` |", study_rows)
     assert row_trace_problems("| h | A1 | `n_heads` | `n_heads` | `model/layers.py::FeedForward.__init__` |",
                               study_rows)
+
+
+def test_tests_share_helpers_through_one_module_not_each_other():
+    """What several tests need lives in tests/helpers.py; a test module imports no other test module."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name} imports {n}" for n in names if n.startswith("tests.test_")]
+    assert found == []

@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
-from small_models import check_cached_decoding
 
 from model import ConfigError, Transformer, TransformerConfig, beam_search, count_parameters, greedy
 from model.kernels import Packed, additive_scores, attend, attend_packed
+from tests.helpers import check_cached_decoding
 
 
 def _by_hand(q, k, v, score, mask=None, causal=False, w=None):

@@ -5,11 +5,11 @@ import json
 
 import pytest
 import torch
-from small_models import train_small
 
 from harness.cli import main
 from harness.eval.attention_stats import METRICS, attention_statistics
 from model import Transformer, TransformerConfig
+from tests.helpers import train_small
 
 
 def _batch():

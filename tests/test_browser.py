@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_studies import TWO_ROW_STUDY, _free_port, wait_for_server
+from tests.helpers import TWO_ROW_STUDY, start_mlflow_server, stop_server
 
 pytestmark = pytest.mark.slow
 
@@ -54,19 +54,13 @@ def served_study(tmp_path_factory):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("table3")
     parent = client.search_runs([exp.experiment_id], "tags.kind = 'study'")[0]
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                               "--backend-store-uri", uri, "--workers", "1"], cwd=tmp, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    server, base = start_mlflow_server(tmp, uri)
     try:
-        wait_for_server(base)
         OUTPUT.mkdir(parents=True, exist_ok=True)
         yield base, exp.experiment_id, parent, (tmp / "reports" / "table3.md").read_text(encoding="utf-8"), tmp, \
             view.group(1), client
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_server(server)
 
 
 # A fresh browser opens MLflow 3.17 in its GenAI view whatever the experiment's tags say (the GenAI / Model

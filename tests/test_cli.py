@@ -186,7 +186,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
 def test_bench_times_a_study_rows_step_at_its_own_shapes_and_splits_it_by_part(capsys, tmp_path):
     """`bench --study S --row R`: the row's model and batches as its trial resolves them; the parts of the
     step add up to the profiled step; the same batch is timed on torch.nn.Transformer where it can build the row."""
-    from tests.test_studies import TWO_ROW_STUDY
+    from tests.helpers import TWO_ROW_STUDY
     study = tmp_path / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
     code, out, _ = run(capsys, "bench", "--study", str(study), "--row", "A1", "--steps", "3", "--json")

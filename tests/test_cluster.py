@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_faults import _pid_alive, _wait_for
-from tests.test_studies import TWO_ROW_STUDY, _free_port
+from tests.helpers import TWO_ROW_STUDY, free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +40,7 @@ def _cluster_pids(temp_dir: str) -> list[int]:
 @pytest.fixture
 def two_nodes():
     temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")      # short: Ray's socket paths have a length limit
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
@@ -98,4 +97,4 @@ def test_a_study_on_a_two_node_cluster_places_a_trial_on_the_second_node(two_nod
     # The trials' worker processes were the cluster's, and none outlives the study's driver.
     pids = [int(p.read_text()) for p in (tmp_path / "runs").glob("*/*/worker.pid")]
     assert len(pids) == 2
-    _wait_for(lambda: not any(_pid_alive(p) for p in pids), None, timeout=60, what="the trial workers to exit")
+    wait_for(lambda: not any(pid_alive(p) for p in pids), None, timeout=60, what="the trial workers to exit")

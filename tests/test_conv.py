@@ -4,11 +4,11 @@ torch's counter sees, and it trains through `harness train`."""
 
 import pytest
 import torch
-from small_models import check_cached_decoding, rival_batch
 
 from harness.cli import main
 from model import build_model, count_parameters
 from model.conv import ConvConfig
+from tests.helpers import check_cached_decoding, rival_batch
 
 
 def _model(**changes):
@@ -55,7 +55,7 @@ def test_bad_settings_are_one_sentence(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_convs2s_trains_and_decodes_through_harness_train(capsys, tmp_path):
-    from small_models import train_small
+    from tests.helpers import train_small
     metrics, resolved = train_small(main, capsys, tmp_path, "conv", "d_model=32", "d_hidden=32", "n_enc_layers=2",
                                     "n_dec_layers=2", "warmup=40")
     assert resolved["family"] == "conv" and resolved["kernel"] == 3

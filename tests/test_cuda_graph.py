@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from small_models import VARIANTS, small
 
 from model import Transformer, beam_search, greedy
+from tests.helpers import VARIANTS, small
 
 
 @pytest.mark.parametrize("name", ["paper", "rope", "alibi", "learned", "gqa", "pre_rms", "additive"])

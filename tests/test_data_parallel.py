@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_faults import _pid_alive, _wait_for
+from tests.helpers import free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -130,11 +130,11 @@ def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(one_and_two, tm
                             stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     ckpt = lambda: list((tmp_path / "runs").glob("*/base-s0/checkpoints/step_00000010.pt"))  # noqa: E731
-    _wait_for(lambda: bool(ckpt()), proc, what="the checkpoint of step 10")
+    wait_for(lambda: bool(ckpt()), proc, what="the checkpoint of step 10")
     pids = [int(p.read_text()) for p in (tmp_path / "runs").glob("*/base-s0/worker*.pid")]
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=120)
-    _wait_for(lambda: not any(_pid_alive(p) for p in pids), None, timeout=120, what="the workers to exit")
+    wait_for(lambda: not any(pid_alive(p) for p in pids), None, timeout=120, what="the workers to exit")
     again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     _, parents, children = _children(tmp_path)
@@ -157,8 +157,7 @@ def test_harness_train_under_torchrun_equals_one_process(one_and_two, tmp_path):
     common = ["-m", "harness", "train", "--preset", "cpu_d128", "--threads", "1", "--quiet", "--json", *sets]
     one = subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], capture_output=True, text=True,
                          timeout=300)
-    from tests.test_studies import _free_port
-    rdzv = [f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-backend=c10d", "--nnodes=1"]   # its own port
+    rdzv = [f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-backend=c10d", "--nnodes=1"]   # its own port
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", *rdzv, "--nproc-per-node", "2",
                           *common, "--out", str(tmp_path / "two")], capture_output=True, text=True, timeout=300)
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]

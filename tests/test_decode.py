@@ -1,9 +1,9 @@
 """model/decode.py: cached against uncached decoding, beam search against greedy, length limits."""
 
 import torch
-from small_models import small
 
 from model import Transformer, beam_search, greedy
+from tests.helpers import small
 
 
 def test_cached_decoding_matches_uncached_logits_step_by_step():

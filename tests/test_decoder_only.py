@@ -5,11 +5,11 @@ sentence; it trains and decodes through `harness train`."""
 
 import pytest
 import torch
-from small_models import check_cached_decoding, rival_batch
 
 from harness.cli import main
 from model import ConfigError, beam_search, build_model, count_parameters, greedy
 from model.decoder_only import DecoderOnlyConfig
+from tests.helpers import check_cached_decoding, rival_batch
 
 VARIANTS = {
     "prefix": {},
@@ -143,7 +143,7 @@ def test_beam_search_keeps_each_sentences_cache_rows():
 
 @pytest.mark.slow
 def test_decoder_only_trains_and_decodes_through_harness_train(capsys, tmp_path):
-    from small_models import train_small
+    from tests.helpers import train_small
     # Half the paper's rate: at the full one this post-norm stack of 4 at d_model 32 sits at the edge of
     # divergence, and whether it learns in 120 steps turns on the thread count's rounding.
     metrics, resolved = train_small(main, capsys, tmp_path, "decoder_only", "d_model=32", "d_ff=64", "n_heads=4",

@@ -8,11 +8,9 @@ import dataclasses
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from harness.data.corpus import DataConfig
 from harness.errors import HarnessWarning
 from harness.train import TrainConfig, train
 from model import get_preset
+from tests.helpers import free_port, pid_alive, start_mlflow_server, stop_server, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -85,29 +84,6 @@ def reference(tmp_path_factory):
     return {r.data.tags["row"]: r.data.metrics["dev_ppl"] for r in children}, tmp / "cache"
 
 
-def _wait_for(predicate, proc, timeout=600, what="the condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the study ended before {what}: {proc.stdout.read() if proc.stdout else ''}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purposes
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
     ref, cache = reference
@@ -123,7 +99,7 @@ def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
         finished = {r.data.tags["row"] for r in children if r.info.status == "FINISHED"}
         midway = {p.parts[-3].rsplit("-s", 1)[0] for p in ckpts()} - finished
         return bool(finished) and bool(midway)
-    _wait_for(one_done_and_one_midway, proc, what="one finished trial and one with a checkpoint")
+    wait_for(one_done_and_one_midway, proc, what="one finished trial and one with a checkpoint")
     client, _, before = _runs(uri)
     first_done = {r.data.tags["row"]: r.info.end_time for r in before if r.info.status == "FINISHED"}
     pids = [int(p.read_text()) for p in runs.glob("*/*/worker.pid")]
@@ -132,7 +108,7 @@ def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
     if sig == signal.SIGTERM:
         assert proc.returncode != 0 and "--resume" in out, out
     # No orphan keeps training in the run directory once the driver is gone.
-    _wait_for(lambda: not any(_pid_alive(p) for p in pids), None, timeout=120, what="the workers to exit")
+    wait_for(lambda: not any(pid_alive(p) for p in pids), None, timeout=120, what="the workers to exit")
 
     again = subprocess.run(_cmd(study, runs) + ["--resume"], cwd=tmp_path, env=_env(uri), capture_output=True,
                            text=True, timeout=900)
@@ -220,37 +196,10 @@ def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
     assert run.data.tags["failure_reason"].startswith("OutOfMemoryError: CUDA out of memory (injected at step 3)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _server(tmp_path: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
-         str(tmp_path / "artifacts"), "--workers", "1"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except OSError:
-            time.sleep(0.25)
-    proc.kill()
-    pytest.fail("mlflow server did not come up")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 def test_mlflow_server_lost_mid_trial_metrics_are_buffered_and_flushed(tmp_path, reference):
     ref, cache = reference
-    port = _free_port()
-    server = _server(tmp_path, port)
+    port = free_port()
+    server, _ = start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", port, tmp_path / "artifacts")
     uri = f"http://127.0.0.1:{port}"
     study = _study(tmp_path, steps=600, cache=cache)
     proc = subprocess.Popen(_cmd(study, tmp_path / "runs") + ["--rows", "base"], cwd=tmp_path,
@@ -258,10 +207,11 @@ def test_mlflow_server_lost_mid_trial_metrics_are_buffered_and_flushed(tmp_path,
                             stderr=subprocess.STDOUT, text=True)
     try:
         metrics = lambda: list((tmp_path / "runs").glob("*/base-s0/metrics.jsonl"))  # noqa: E731
-        _wait_for(lambda: bool(metrics()) and metrics()[0].stat().st_size > 0, proc, what="training to start")
-        _stop(server)                      # the store goes away mid-trial ...
+        wait_for(lambda: bool(metrics()) and metrics()[0].stat().st_size > 0, proc, what="training to start")
+        stop_server(server)                      # the store goes away mid-trial ...
         time.sleep(8)
-        server = _server(tmp_path, port)   # ... and comes back
+        server, _ = start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", port,   # ... and comes back
+                                        tmp_path / "artifacts")
         out, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, out
         client, parents, children = _runs(uri)
@@ -271,7 +221,7 @@ def test_mlflow_server_lost_mid_trial_metrics_are_buffered_and_flushed(tmp_path,
     finally:
         if proc.poll() is None:
             proc.kill()
-        _stop(server)
+        stop_server(server)
 
 
 def test_unwritable_runs_dir_is_one_sentence_and_nothing_started(tmp_path):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from small_models import small
 
 from model import Transformer
+from tests.helpers import small
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])

@@ -25,7 +25,7 @@ from harness.eval.heads import (
 )
 from harness.eval.relations import relations
 from model import build_model
-from tests.small_models import small
+from tests.helpers import small
 
 # "the dogs that the cat sees bark near the house ." : an object relative clause between subject and verb
 TREE = ("(S (NP (NP (DT the) (NNS dogs)) (SBAR (WHNP (WDT that)) (S (NP (DT the) (NN cat)) (VP (VBZ sees)))))"
@@ -166,7 +166,7 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     """train.heads_sentences: the run's metrics hold the heads_* figures and heads.json the rest; `probe heads
     RUN_DIR` on the finished run gives the same figures and draws Figures 3-5; the report's section reads the
     payload and draws them again."""
-    from tests.small_models import train_small
+    from tests.helpers import train_small
     metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.heads_sentences=16", steps=60)
     run = tmp_path / "run"
     payload = json.loads((run / "heads.json").read_text())
@@ -196,7 +196,7 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
 
 
 def test_the_probe_refuses_real_text_and_other_families_in_one_sentence(tmp_path, capsys):
-    from tests.small_models import real_text_run
+    from tests.helpers import real_text_run
     run = real_text_run(tmp_path)
     assert main(["probe", "heads", str(run)]) == 2
     err = capsys.readouterr().err.strip()

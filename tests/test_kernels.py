@@ -3,10 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from small_models import small
 
 from model import Transformer, reference_attention
 from model.kernels import CPU_EXPLICIT_MAX_KEYS, Kernels, ShortSoftmax, attend
+from tests.helpers import small
 
 
 @pytest.mark.parametrize("path", ["sdpa", "explicit"])

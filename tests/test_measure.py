@@ -84,7 +84,7 @@ def test_registering_refuses_a_taken_name_or_key(toy):
 
 
 def test_a_toy_measurement_runs_after_harness_train(toy, tmp_path, capsys):
-    from tests.small_models import train_small
+    from tests.helpers import train_small
     metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.toy_scale=2.0", steps=6)
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["toy_weight_norm"] > 0 and saved["toy_weight_norm"] == metrics["toy_weight_norm"]
@@ -94,7 +94,7 @@ def test_a_toy_measurement_runs_after_harness_train(toy, tmp_path, capsys):
 
 
 def test_a_run_without_it_takes_no_toy_measurement(toy, tmp_path, capsys):
-    from tests.small_models import train_small
+    from tests.helpers import train_small
     metrics, _ = train_small(main, capsys, tmp_path, "transformer", steps=6)
     assert "toy_weight_norm" not in metrics
 

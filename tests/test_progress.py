@@ -59,7 +59,7 @@ def test_a_failing_poll_does_not_end_the_view():
 
 @pytest.mark.slow
 def test_a_study_prints_its_progress_and_the_browse_command_and_no_library_banners(tmp_path):
-    from tests.test_studies import TWO_ROW_STUDY
+    from tests.helpers import TWO_ROW_STUDY
     study = tmp_path / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")).replace("steps: 3,", "steps: 40,"))
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",

@@ -10,13 +10,7 @@ import pytest
 from harness.data.readers import read_lines, read_parallel, read_sgml, write_lines
 from harness.data.wmt import WMT14_EN_DE_FILES, WMT14_EN_FR_FILES, prepare_wmt14_en_de, prepare_wmt14_en_fr
 from harness.errors import UserError
-
-
-def write(path: Path, text: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
-    return path
-
+from tests.helpers import fake_wmt, fake_wmt_fr, sgm, write
 
 # ------------------------------------------------------------------------------------------- read_lines
 
@@ -151,30 +145,6 @@ def test_read_sgml_no_segments_and_missing(tmp_path):
 
 # -------------------------------------------------------------------------------------- prepare (WMT14)
 
-def sgm(kind: str, segs: list[str]) -> str:
-    body = "\n".join(f'<seg id="{i}">{s}</seg>' for i, s in enumerate(segs, 1))
-    return f'<{kind} setid="x" srclang="any">\n<doc docid="d" genre="news">\n{body}\n</doc>\n</{kind}>\n'
-
-
-def fake_wmt(root: Path, dev_plain: bool = True) -> Path:
-    """The layout the WMT14 archives extract to, a few made-up lines per file."""
-    write(root / "training/europarl-v7.de-en.en", "Resumption of the session\n\nThank you.\n")
-    write(root / "training/europarl-v7.de-en.de", "Wiederaufnahme der Sitzung\nLeer\nDanke.\n")
-    write(root / "commoncrawl.de-en.en", "A small house\nOne two three four five six\n")
-    write(root / "commoncrawl.de-en.de", "Ein kleines Haus\nEins\n")
-    write(root / "training/news-commentary-v9.de-en.en", "Gold is up.\r\n")
-    write(root / "training/news-commentary-v9.de-en.de", "Gold steigt.\r\n")
-    if dev_plain:
-        write(root / "dev/newstest2013.en", "Dev one.\nDev two.\n")
-        write(root / "dev/newstest2013.de", "Dev eins.\nDev zwei.\n")
-    else:
-        write(root / "dev/newstest2013-src.en.sgm", sgm("srcset", ["Dev &amp; one."]))
-        write(root / "dev/newstest2013-ref.de.sgm", sgm("refset", ["Dev &amp; eins."]))
-    write(root / "test-full/newstest2014-deen-src.en.sgm", sgm("srcset", ["Tom &amp; Jerry", "x &lt; y"]))
-    write(root / "test-full/newstest2014-deen-ref.de.sgm", sgm("refset", ["Tom &amp; Jerry", "x &lt; y"]))
-    return root
-
-
 def test_prepare_end_to_end(tmp_path):
     out = tmp_path / "out"
     manifest = prepare_wmt14_en_de(fake_wmt(tmp_path / "wmt"), out)
@@ -266,29 +236,6 @@ def test_files_doc_names_every_archive():
 
 
 # -------------------------------------------------------------------------------- prepare (WMT14 EN-FR)
-
-def fake_wmt_fr(root: Path, dev_plain: bool = True) -> Path:
-    """The layout the WMT14 EN-FR archives extract to (fairseq's prepare-wmt14en2fr.sh paths), made-up lines."""
-    write(root / "training/europarl-v7.fr-en.en", "Resumption of the session\n\nThank you.\n")
-    write(root / "training/europarl-v7.fr-en.fr", "Reprise de la session\nVide\nMerci.\n")
-    write(root / "commoncrawl.fr-en.en", "A small house\nOne two three four five six\n")
-    write(root / "commoncrawl.fr-en.fr", "Une petite maison\nUn\n")
-    write(root / "un/undoc.2000.fr-en.en", "The General Assembly,\r\n")
-    write(root / "un/undoc.2000.fr-en.fr", "L'Assemblée générale,\r\n")
-    write(root / "training/news-commentary-v9.fr-en.en", "Gold is up.\n")
-    write(root / "training/news-commentary-v9.fr-en.fr", "L'or monte.\n")
-    write(root / "giga-fren.release2.fixed.en", "Changing lives\n   \n")
-    write(root / "giga-fren.release2.fixed.fr", "Changer des vies\nRien\n")
-    if dev_plain:
-        write(root / "dev/newstest2013.en", "Dev one.\nDev two.\n")
-        write(root / "dev/newstest2013.fr", "Dév un.\nDév deux.\n")
-    else:
-        write(root / "dev/newstest2013-src.en.sgm", sgm("srcset", ["Dev &amp; one."]))
-        write(root / "dev/newstest2013-ref.fr.sgm", sgm("refset", ["Dév &amp; un."]))
-    write(root / "test-full/newstest2014-fren-src.en.sgm", sgm("srcset", ["Tom &amp; Jerry", "x &lt; y", "Yes"]))
-    write(root / "test-full/newstest2014-fren-ref.fr.sgm", sgm("refset", ["Tom &amp; Jerry", "x &lt; y", "Oui"]))
-    return root
-
 
 EN_FR_OUTPUTS = ["train.en", "train.fr", "dev.en", "dev.fr", "test.en", "test.fr"]
 

@@ -144,7 +144,7 @@ def test_multi30k_real_files(tmp_path, pair):
 
 def test_wmt_giga_fren_is_read_gzipped_as_its_tar_holds_it(tmp_path):
     from harness.data.wmt import prepare_wmt14_en_fr
-    from tests.test_readers import fake_wmt_fr
+    from tests.helpers import fake_wmt_fr
     plain = prepare_wmt14_en_fr(fake_wmt_fr(tmp_path / "plain"), tmp_path / "out-plain")
     root = fake_wmt_fr(tmp_path / "gz")
     for lang in ("en", "fr"):

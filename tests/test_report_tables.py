@@ -14,10 +14,9 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.paper import load_tables, table1_columns
 from harness.probes.cost import training_costs
 from harness.report.writers import write_report
+from tests.helpers import SHA, T0, finish, start, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SHA = "89abcdef0123"
-T0 = 1_700_000_000_000
 NS, DS, PATH_NS = [128, 256, 512, 1024, 2048], [64, 128, 256, 512, 1024], [9, 16, 17]
 
 # Table 1: layer -> (exp_n fwd, fwd+bwd, exp_d fwd, fwd+bwd, {overrides}); None: the trial FAILED.
@@ -42,33 +41,6 @@ T2 = [("base", 0, "FINISHED", 20.0, 22.0, 5.0, 5.5, 600.0, 6.0e12),
       ("big_enfr", 0, "FINISHED", 33.0, 34.0, 3.8, 3.9, 1400.0, 2.8e13)]
 T2_FAILURE = "CUDA out of memory at step 12"
 T4_FAILURE = "ValueError: no trees in data/ptb-semi"
-
-
-def start(client: MlflowClient, study: str, rows: str) -> tuple[str, str]:
-    exp = client.create_experiment(study)
-    parent = client.create_run(exp, start_time=T0, tags={
-        "study": study, "version": "1", "profile": "tiny", "git_sha": SHA, "git_dirty": "False", "kind": "study",
-        "hardware": "2 CPU cores (test)", "command": f"python -m harness run studies/{study}.yaml --profile tiny",
-        "started": "2025-02-03T04:05:06", "table": study,
-        # what the runner keeps in a Table 2 parent run (harness.study.runner.paper_tags)
-        **({"paper_costs": json.dumps(training_costs())} if study == "table2" else {})}).info.run_id
-    client.log_batch(parent, params=[Param("rows", rows), Param("seeds", "0")])
-    return exp, parent
-
-
-def trial(client, exp, parent, i, row, seed, kind, status, params, metrics, tags=None, reason=None):
-    tags = {"kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": str(seed), "trial_kind": kind,
-            "trial_key": f"{row}-s{seed}", **(tags or {}), **({"failure_reason": reason} if reason else {})}
-    run = client.create_run(exp, start_time=T0 + 1000 * (i + 1), tags=tags).info.run_id
-    client.log_batch(run, params=[Param(k, str(v)) for k, v in params.items()],
-                     metrics=[m if isinstance(m, Metric) else Metric(m[0], float(m[1]), 0, m[2]) for m in metrics])
-    client.set_terminated(run, status)
-
-
-def finish(client, parent, n_trials, n_failed):
-    client.log_batch(parent, metrics=[Metric("wall_seconds", 321.0, 0, 0), Metric("overhead_share", 0.125, 0, 0)],
-                     tags=[RunTag("n_trials", str(n_trials)), RunTag("n_failed", str(n_failed))])
-    client.set_terminated(parent, "FAILED" if n_failed else "FINISHED")
 
 
 def log_table1(client):

@@ -3,11 +3,11 @@ padding does not reach the bidirectional encoder's real positions, and it trains
 
 import pytest
 import torch
-from small_models import check_cached_decoding
 
 from harness.cli import main
 from model import build_model, count_parameters, with_settings
 from model.rnn import RNNConfig
+from tests.helpers import check_cached_decoding
 
 
 def _model(**changes):
@@ -61,7 +61,7 @@ def test_the_family_is_one_setting_and_refuses_what_it_does_not_have(capsys, tmp
 
 @pytest.mark.slow
 def test_the_rnn_trains_and_decodes_through_harness_train(capsys, tmp_path):
-    from small_models import train_small
+    from tests.helpers import train_small
     metrics, resolved = train_small(main, capsys, tmp_path, "rnn", "d_model=32", "warmup=40")
     assert resolved["family"] == "rnn" and resolved["n_enc_layers"] == 2
     curve = metrics["dev_ppl_curve"]
@@ -71,7 +71,7 @@ def test_the_rnn_trains_and_decodes_through_harness_train(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_the_luong_switch_trains_through_harness_train(capsys, tmp_path):
-    from small_models import train_small
+    from tests.helpers import train_small
     metrics, resolved = train_small(main, capsys, tmp_path, "rnn", "d_model=32", "warmup=40", "attention=luong",
                                     steps=60)
     assert resolved["attention"] == "luong"

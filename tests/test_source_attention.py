@@ -4,7 +4,6 @@ shapes."""
 
 import pytest
 import torch
-from small_models import rival_batch, small
 
 from harness.data.batching import ParallelData
 from harness.eval.source_attention import (
@@ -16,6 +15,7 @@ from harness.eval.source_attention import (
 )
 from model import build_model
 from model.decoder_only import DecoderOnlyConfig
+from tests.helpers import rival_batch, small
 
 
 def _decoder_only(**changes):

@@ -5,11 +5,9 @@ import dataclasses
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
 from harness.study.kinds import KINDS, load_study
+from tests.helpers import TWO_ROW_STUDY, start_mlflow_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -387,55 +386,12 @@ def test_missing_study_file(capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def wait_for_server(uri: str) -> None:
-    """Until an `mlflow server` at uri answers its health check (a minute at most)."""
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(f"{uri}/health", timeout=1)
-            return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail("mlflow server did not come up")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-TWO_ROW_STUDY = """
-study: mini
-version: 1
-table: table3
-seeds: [0]
-resources: {cpu: 1}
-base: {preset: cpu_d128}
-rows:
-  base: {}
-  A1: {n_heads: 1}
-profiles:
-  tiny:
-    model: {d_model: 32, d_ff: 64, n_layers: 1, vocab_size: 300, max_len: 128}
-    train: {steps: 3, warmup: 2, max_tokens: 600, batch_tokens: 600, checkpoint_every: 0, checkpoint_minutes: 0,
-            log_every: 1, bleu_sentences: 4, max_extra: 3}
-    data: {train_pairs: 1000, dev_pairs: 8, test_pairs: 8, cache_dir: CACHE}
-"""
-
-
 @pytest.mark.slow
 def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
     import mlflow
     from mlflow import MlflowClient
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
-         str(tmp_path / "artifacts"), "--workers", "1"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    uri = f"http://127.0.0.1:{port}"
+    server, uri = start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", artifacts=tmp_path / "artifacts")
     try:
-        wait_for_server(uri)
         study = tmp_path / "mini.yaml"
         study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
@@ -470,8 +426,7 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
         assert again.returncode == 0 and "nothing to run" in again.stdout, again.stdout + again.stderr
         assert len(client.search_runs([exp.experiment_id])) == len(runs)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_server(server)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 from harness.data import synth
 from harness.data.synth import Example, SynthConfig, generate, write_corpus
 from harness.errors import UserError
+from tests.helpers import is_base_np, leaves, nodes, parse
 
 CFG = SynthConfig()
 LEX = synth.lexicon(CFG)
@@ -21,49 +22,6 @@ PREP_TGT = {w: t for w, t, _ in synth._PREP_NP + synth._PREP_VP}
 @pytest.fixture(scope="module")
 def sample() -> list[Example]:
     return list(generate(20_000, 11))
-
-
-def parse(tree: str):
-    """PTB bracket string -> (label, [children]) with leaves as str; asserts it is well formed."""
-    toks = tree.replace("(", " ( ").replace(")", " ) ").split()
-    pos = 0
-
-    def node():
-        nonlocal pos
-        assert toks[pos] == "(", f"expected '(' at {pos} in {tree}"
-        label, pos = toks[pos + 1], pos + 2
-        assert label not in "()"
-        kids = []
-        while toks[pos] != ")":
-            if toks[pos] == "(":
-                kids.append(node())
-            else:
-                kids.append(toks[pos])
-                pos += 1
-        pos += 1
-        assert kids, f"empty constituent {label}"
-        # a preterminal has exactly one word; a phrase has only constituents below it
-        assert (len(kids) == 1 and isinstance(kids[0], str)) or all(isinstance(k, tuple) for k in kids)
-        return label, kids
-
-    t = node()
-    assert pos == len(toks), "text after the root bracket"
-    return t
-
-
-def leaves(t) -> list[str]:
-    return [t] if isinstance(t, str) else [w for k in t[1] for w in leaves(k)]
-
-
-def nodes(t):
-    if isinstance(t, tuple):
-        yield t
-        for k in t[1]:
-            yield from nodes(k)
-
-
-def is_base_np(t) -> bool:  # (NP (DT ..)? (JJ ..)* (NN ..)) made of preterminals only
-    return t[0] == "NP" and all(isinstance(k[1][0], str) for k in t[1]) and t[1][-1][0] in ("NN", "NNS")
 
 
 def test_same_seed_same_pairs_and_other_seed_other_pairs():

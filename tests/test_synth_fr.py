@@ -11,7 +11,7 @@ import pytest
 
 from harness.data import synth
 from harness.data.synth import SynthConfig, french_elide, generate
-from tests.test_synth import is_base_np, leaves, nodes, parse
+from tests.helpers import is_base_np, leaves, nodes, parse
 
 CFG = SynthConfig(target="fr")
 SRC_AN, _ = synth.lexicon(CFG).analyses()

@@ -3,12 +3,12 @@ one test per variant field, a golden forward pass and packed against padded batc
 
 import pytest
 import torch
-from small_models import VARIANTS, small
 from torch import nn
 
 from harness.paper import load_tables, table3_model_overrides
 from model import PRESETS, Transformer, TransformerConfig, beam_search, count_parameters, greedy
 from model.config import ConfigError, paper_base
+from tests.helpers import VARIANTS, small
 
 TABLE3 = load_tables()["table3"]["rows"]
 
