@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from harness.errors import suggest
@@ -120,3 +121,12 @@ def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tu
     summary = (f"decode {last['decode_tok_s']:,.0f} tok/s, TTFT {last['ttft_ms']:.1f} ms at batch {last['batch']}, "
                f"source {last['src_len']}")
     return metrics, summary
+
+
+def smoke(trial: Trial, cache_dir: Path) -> tuple[Trial, dict]:
+    """Two tiny points, one repeat, and what its result must show: {metric: (low, high), or the name of a metric
+    it equals}."""
+    small = dataclasses.replace(trial, probe=dataclasses.replace(
+        trial.probe, batches=(1,), src_lens=(4, 8), new_tokens=2, repeats=1, warmup=0, threads=1))
+    return small, {"decode_tok_s_b1_s8": (1e-9, math.inf), "params": (1, math.inf),
+                   "kv_bytes_per_token_b1_s8": "kv_bytes_per_token_formula"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from harness.errors import suggest
@@ -104,3 +105,13 @@ def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tu
     run.log_artifacts([out_dir / "scaling.json"])
     summary = f"exponent in n {metrics['exp_n_fwd']:.2f}, in d {metrics['exp_d_fwd']:.2f}"
     return metrics, summary
+
+
+def smoke(trial: Trial, cache_dir: Path) -> tuple[Trial, dict]:
+    """A grid of three tiny points per sweep, one pass, and what its result must show: {metric: (low, high), or
+    the name of a metric it equals}."""
+    small = dataclasses.replace(trial, probe=dataclasses.replace(
+        trial.probe, ns=(8, 16, 32), ds=(8, 16, 32), n_fixed=16, d_fixed=8, batch=1, repeats=1, warmup=0, passes=1,
+        path_ns=(5, 6, 7)))
+    return small, {"exp_n_fwd": (-math.inf, math.inf), "seq_ops_measured": (1, math.inf),
+                   "path_measured_max_n": "path_formula_max_n"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,6 +280,19 @@ def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
     return out
 
 
+
+
+def smoke(trial: Trial, cache_dir: Path) -> tuple[Trial, dict]:
+    """The trial shrunk to two steps on a corpus of a thousand pairs (seconds on a CPU), and what its result must
+    show: {metric: (low, high), or the name of a metric it equals}."""
+    small = dataclasses.replace(
+        trial, train=trial.train.replace(steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0),
+        data=dataclasses.replace(trial.data, train_pairs=1000, dev_pairs=4, test_pairs=4, cache_dir=str(cache_dir)))
+    expect = {"steps": (2, 2), "dev_ppl": (1.0, math.inf), "flops_per_target_token": (1e-9, math.inf),
+              "train_flops": (1e-9, math.inf), "device_matmul_tflops": (1e-9, math.inf)}
+    if trial.data.task == "parse":
+        expect.update({"dev_f1": (0.0, 100.0), "test_parsed_sentences": (2, 2)})
+    return small, expect
 
 
 probe_type = None       # a training row's settings are its model, train and data configs

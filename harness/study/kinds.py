@@ -8,7 +8,9 @@ A kind module has what the file, the driver and the trial need of it:
 - `summary_columns(metrics)`: the (header, metric) columns printed after the study;
 - `params(trial)`: the trial's MLflow params; `run(trial, out_dir, run, ranks)`: its body, which returns
   (metrics, summary), as harness/trial.py's run_trial calls it (ranks other than 0 get run None);
-- `probe_type`: the frozen dataclass of a probe row's settings (Trial.probe), or None.
+- `probe_type`: the frozen dataclass of a probe row's settings (Trial.probe), or None;
+- `smoke(trial, cache_dir) -> (Trial, expect)`: the trial shrunk to run in seconds, and what its result must show
+  ({metric: (low, high), or the name of a metric it equals}): every study's smoke test runs each kind alike.
 The runner looks a kind up here instead of branching on its name; `kind:` in a study file names one.
 """
 
@@ -35,12 +37,14 @@ class StudyKind:
     params: Callable[[Trial], dict]
     run: Callable[..., tuple[dict, str]]
     probe_type: type | None
+    smoke: Callable[[Trial, Path], tuple[Trial, dict]]
 
     @classmethod
     def of(cls, name: str, module: ModuleType) -> "StudyKind":
         """The kind a module defines (its functions of the names above)."""
         return cls(name, *(getattr(module, f) for f in ("load", "print_trials", "prepare", "estimated_flops",
-                                                         "summary_columns", "params", "run", "probe_type")))
+                                                         "summary_columns", "params", "run", "probe_type",
+                                                         "smoke")))
 
 
 KINDS = {
