@@ -200,8 +200,8 @@ def _bench_study_row(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from harness.study.runner import run_study
-    return run_study(args)
+    from harness.study.runner import StudyRequest, run_study
+    return run_study(StudyRequest.from_args(args))
 
 
 def _cmd_report(args) -> int:

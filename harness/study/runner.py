@@ -17,7 +17,9 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from harness import overrides
 from harness.data.sources import prepare_command
@@ -114,9 +116,9 @@ class _Silent:
         pass
 
 
-def _live_view(study: Study, todo: list[Trial], ctx: dict, concurrency: int, args):
+def _live_view(study: Study, todo: list[Trial], ctx: dict, concurrency: int, args: StudyRequest):
     """The driver's live view of the study (harness/study/progress.py), read back from MLflow."""
-    if getattr(args, "quiet", False):
+    if args.quiet:
         return _Silent()
     from harness.study.progress import StudyProgress
     from harness.tracking import trial_progress
@@ -185,9 +187,77 @@ def overhead_account(results: list[dict], wall: float, concurrency: int) -> dict
             "overhead_share": (waiting + mlflow + driver * concurrency) / slots, "tail_share": tail / slots}
 
 
-def run_study(args) -> int:
-    quiet_libraries(getattr(args, "verbose", False))
-    study = load_study(args.study, args.profile, *_selection(args), sets=overrides.parse_sets(args.set))
+@dataclass(frozen=True)
+class StudyRequest:
+    """What `python -m harness run` asks for, typed: the CLI builds one from its arguments (`from_args`), and a
+    Python user (a notebook) builds one directly and calls `run_study(request)`:
+
+        from harness.study.runner import StudyRequest, run_study
+        run_study(StudyRequest("studies/table3.yaml", profile="tiny", rows=("base", "A1"), seeds=(0,),
+                               sets={"train.steps": 200}))
+
+    The trials, their metrics and artifacts go to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db) and runs_dir;
+    `python -m harness report` (or harness.report.writers.report_all) writes the reports from there."""
+    study: str | Path
+    profile: str | None = None          # None: tiny where the study has it
+    rows: Sequence[str] | None = None   # None: every row
+    seeds: Sequence[int] | None = None  # None: the profile's seeds
+    # settings laid over every row: {"train.steps": 200, "d_model": 64} or ["train.steps=200", ...] (--set)
+    sets: Mapping[str, Any] | Sequence[str] = ()
+    dry_run: bool = False               # print the resolved trials and their cost, run nothing
+    tflops: float = 0.0                 # dry run: a device's rate for the time estimate
+    measure: bool = False               # dry run: time one update of each row here
+    devices: int = 1                    # dry run: devices the estimate spreads the trials over
+    name: str = ""                      # an invocation of its own beside the profile's main one
+    resume: bool = False                # continue the latest invocation; finished trials are kept
+    address: str | None = None          # a Ray cluster to join (default: RAY_ADDRESS, else a local Ray)
+    runs_dir: str | Path = "runs/studies"
+    quiet: bool = False                 # no live view
+    verbose: bool = False               # Ray's and MLflow's own banners too
+    command: str = field(default="", compare=False)   # as typed (the CLI's); "" : written out from the request
+
+    @classmethod
+    def from_args(cls, args) -> "StudyRequest":
+        """The request the CLI's arguments make (--rows a,b and --seeds 0,1 split; --set kept as typed)."""
+        rows, seeds = _selection(args)
+        return cls(args.study, args.profile, rows, seeds, tuple(args.set), args.dry_run, args.tflops, args.measure,
+                   args.devices, getattr(args, "name", "") or "", args.resume, args.address, args.runs_dir,
+                   getattr(args, "quiet", False), getattr(args, "verbose", False),
+                   " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]))
+
+    def parsed_sets(self) -> dict[str, dict]:
+        """`sets` by section, typed (overrides.parse_sets)."""
+        if isinstance(self.sets, Mapping):
+            return overrides.parse_sets([f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                         for k, v in self.sets.items()])
+        return overrides.parse_sets([self.sets] if isinstance(self.sets, str) else list(self.sets))
+
+    def command_line(self) -> str:
+        """The command that makes this request, for the parent run's provenance."""
+        if self.command:
+            return self.command
+        parts = ["python -m harness run", str(self.study)]
+        if self.profile:
+            parts += ["--profile", self.profile]
+        if self.rows:
+            parts += ["--rows", ",".join(self.rows)]
+        if self.seeds is not None:
+            parts += ["--seeds", ",".join(map(str, self.seeds))]
+        sets = self.sets.items() if isinstance(self.sets, Mapping) else \
+            (s.split("=", 1) for s in ([self.sets] if isinstance(self.sets, str) else self.sets))
+        for key, value in sets:
+            parts += ["--set", f"{key}={value}"]
+        parts += [flag for flag, on in (("--resume", self.resume), ("--quiet", self.quiet)) if on]
+        parts += [f"--name {self.name}"] * bool(self.name) + [f"--address {self.address}"] * bool(self.address)
+        return " ".join(shlex.quote(p) if " " not in p else p for p in parts)
+
+
+def run_study(request: StudyRequest) -> int:
+    """Run (or, dry, cost) the study the request names; the exit status: 0 when every trial finished."""
+    args = request
+    quiet_libraries(args.verbose)
+    study = load_study(args.study, args.profile, list(args.rows) if args.rows else None,
+                       list(args.seeds) if args.seeds is not None else None, sets=args.parsed_sets())
     timing = Timing(tflops=args.tflops, measure=args.measure, devices=args.devices)
     if (timing.wanted or args.devices != 1) and not args.dry_run:
         raise UserError("--tflops, --measure and --devices estimate a study's time: give them with --dry-run.")
@@ -205,7 +275,7 @@ def run_study(args) -> int:
     if args.address or os.environ.get("RAY_ADDRESS"):
         _check_ray_address(args.address or os.environ["RAY_ADDRESS"])
     tracking = StudyTracking(uri, study.name)
-    name = getattr(args, "name", "") or ""
+    name = args.name
     parent = tracking.latest_parent(study.profile, study.version, name) if args.resume else None
     todo = _todo(tracking, study, parent, args.resume)
     if not todo:
@@ -219,7 +289,8 @@ def run_study(args) -> int:
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
             "git_dirty": dirty, "mlflow.source.git.commit": sha, **hardware_tags(), **versions(),
             **({VARIANT_TAG: name} if name else {})}
-    parent_id, run_dir = _open_parent(tracking, study, parent, tags, args.runs_dir, len(todo))
+    parent_id, run_dir = _open_parent(tracking, study, parent, tags, str(args.runs_dir), len(todo),
+                                      args.command_line())
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
@@ -297,13 +368,13 @@ class _Heartbeat:
 
 
 def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs_dir: str,
-                 n_todo: int) -> tuple[str, Path]:
+                 n_todo: int, command: str) -> tuple[str, Path]:
     """The study's parent run, started afresh or reopened (--resume), and its run directory."""
     if parent is None:
         run_dir = Path(runs_dir).resolve() / f"{study.name}-{study.profile}-{int(time.time())}"
         parent_id = tracking.start_parent(
             f"{study.name} {study.profile}",
-            {**tags, "command": " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
+            {**tags, "command": command,
              "started": datetime.datetime.now().isoformat(timespec="seconds"), "run_dir": run_dir,
              "study_file": study.path, "table": study.table or "", **paper_tags(study), **departures_tag(study)},
             {"rows": ",".join(study.rows), "seeds": ",".join(map(str, study.seeds))})
@@ -352,7 +423,8 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
     return 0 if not failed else 1
 
 
-def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict, args) -> tuple[list[dict], bool, int, float]:
+def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict,
+         args: StudyRequest) -> tuple[list[dict], bool, int, float]:
     import logging
 
     import ray
