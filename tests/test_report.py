@@ -220,7 +220,11 @@ def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_pat
     assert csv["row"].tolist() == ["base", "F1", "F2"]
     assert not any(c.startswith("paper_") for c in csv.columns)
     assert csv.loc["F1", "changes"] == "norm_position=pre" and csv.loc["F2", "changes"] == "ffn=swiglu"
-    assert (tmp_path / "modern_knobs.png").read_bytes()[:8] == PNG_MAGIC
+    # no paper table: the rows layout (harness/report/rows.py), every change against the base in the last column
+    assert (tmp_path / "modern_rows.png").read_bytes()[:8] == PNG_MAGIC and not (tmp_path / "modern_knobs.png").exists()
+    md = (tmp_path / "modern.md").read_text()
+    assert "| row | seeds | dev PPL | BLEU sacre | BLEU tok |" in md and "paper PPL" not in md
+    assert "norm_position=pre" in next(ln for ln in md.splitlines() if ln.startswith("| **F1**"))
     index = (tmp_path / "README.md").read_text()
     assert "[modern](modern.md)" in index and "[table3](table3.md)" in index
     assert sum(p.name == "README.md" for p in paths) == 1

@@ -3,7 +3,6 @@ starts; a real study runs through Ray Tune against a real `mlflow server`, and -
 
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -60,7 +59,8 @@ def test_tiny_profile_keeps_the_relations_between_rows():
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
 def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
-    """Each row of the tiny profile (one seed), shrunk to two steps, through the trial function that Ray Tune runs."""
+    """Each row of the tiny profile (one seed), shrunk by its kind (`smoke`: two training steps, a tiny probe grid),
+    through the trial function that Ray Tune runs."""
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
     study = load_study(path, "tiny", seeds=[0])
@@ -69,31 +69,15 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
     parent = tracking.start_parent("smoke", {"profile": "tiny", "version": study.version}, {})
     ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
            "threads": 1, "tags": {"study": study.name}}
-    for trial in study.trials:
-        if trial.kind == "scaling":     # a grid of three tiny points per sweep, one pass
-            small = dataclasses.replace(trial, probe=dataclasses.replace(
-                trial.probe, ns=(8, 16, 32), ds=(8, 16, 32), n_fixed=16, d_fixed=8, batch=1, repeats=1, warmup=0,
-                passes=1, path_ns=(5, 6, 7)))
-            result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
-            assert math.isfinite(result["exp_n_fwd"]) and result["seq_ops_measured"] >= 1, trial.key
-            assert result["path_measured_max_n"] == result["path_formula_max_n"], trial.key
-            continue
-        if trial.kind == "inference":   # two tiny points, one repeat
-            small = dataclasses.replace(trial, probe=dataclasses.replace(
-                trial.probe, batches=(1,), src_lens=(4, 8), new_tokens=2, repeats=1, warmup=0, threads=1))
-            result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
-            assert result["decode_tok_s_b1_s8"] > 0 and result["params"] > 0, trial.key
-            assert result["kv_bytes_per_token_b1_s8"] == result["kv_bytes_per_token_formula"], trial.key
-            continue
-        small = dataclasses.replace(
-            trial, train=dataclasses.replace(trial.train, steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0),
-            data=dataclasses.replace(trial.data, train_pairs=1000, dev_pairs=4, test_pairs=4, cache_dir=str(tmp_path)))
-        result = run_trial(small.to_dict(), ctx, KINDS[trial.kind])
-        assert result["steps"] == 2 and result["dev_ppl"] > 1, trial.key
-        assert result["flops_per_target_token"] > 0 and result["train_flops"] > 0
-        assert result["device_matmul_tflops"] > 0
-        if trial.data.task == "parse":
-            assert 0 <= result["dev_f1"] <= 100 and result["test_parsed_sentences"] == 2, trial.key
+    for trial in study.trials:                  # each kind shrinks its own trial and says what its result shows
+        kind = KINDS[trial.kind]
+        small, expect = kind.smoke(trial, tmp_path)
+        result = run_trial(small.to_dict(), ctx, kind)
+        for key, want in expect.items():
+            if isinstance(want, str):
+                assert result[key] == result[want], (trial.key, key, want)
+            else:
+                assert want[0] <= result[key] <= want[1], (trial.key, key, result[key], want)
     runs = tracking.children(parent)
     assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
     assert all(r.info.status == "FINISHED" for r in runs)
@@ -665,3 +649,40 @@ def test_a_measured_dry_run_prints_each_rows_rate_and_share_of_peak(capsys, monk
         assert 100 < tokens_s < 1e7 and 0 < share < 100
     wall = next(line for line in out if line.startswith("estimated time"))
     assert "on 4 CPU cores, 1 a trial (4 at a time, longest first)" in wall and "% peak:" in wall
+
+
+def test_a_study_request_from_python_is_what_the_cli_asks_for(tmp_path, capsys):
+    """run_study takes a typed request (a notebook builds one; the CLI builds it from its arguments)."""
+    from harness.study.runner import StudyRequest, run_study
+    study = tmp_path / "mini.yaml"
+    study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
+    req = StudyRequest(study, rows=("A1",), seeds=(0, 3), sets={"train.steps": 7, "d_model": 64}, dry_run=True)
+    assert run_study(req) == 0
+    out = capsys.readouterr().out
+    assert "2 trials (1 rows, seeds 0,3)" in out
+    assert req.parsed_sets() == {"model": {"d_model": 64}, "train": {"steps": 7}, "data": {}}
+    assert req.command_line() == (f"python -m harness run {study} --rows A1 --seeds 0,3 --set train.steps=7 "
+                                  "--set d_model=64")
+    assert StudyRequest(study, sets=["train.steps=7"]).parsed_sets()["train"] == {"steps": 7}
+    with pytest.raises(UserError, match="unknown setting 'train.stepz'"):
+        run_study(StudyRequest(study, sets={"train.stepz": 7}, dry_run=True))
+    assert main(["run", str(study), "--rows", "A1", "--seeds", "0,3", "--set", "train.steps=7", "--set", "d_model=64",
+                 "--dry-run"]) == 0
+    assert capsys.readouterr().out == out
+
+
+@pytest.mark.slow
+def test_a_study_runs_from_python_and_lands_in_mlflow(tmp_path, monkeypatch):
+    from mlflow import MlflowClient
+
+    from harness.study.runner import StudyRequest, run_study
+    study = tmp_path / "mini.yaml"
+    study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert run_study(StudyRequest(study, rows=("base",), runs_dir=tmp_path / "runs", quiet=True)) == 0
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("mini").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
+    assert parent.data.tags["command"] == f"python -m harness run {study} --rows base --quiet"
+    assert [r.data.tags["row"] for r in runs if r.data.tags.get("kind") == "trial"] == ["base"]

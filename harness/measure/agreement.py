@@ -37,4 +37,4 @@ register(Measurement(
              Metric("agree_acc_long", "higher", "agreement accuracy, pairs at least 4 words apart (%)",
                     claim="agree_long"),
              Metric("agree_pairs", "", "contrastive pairs")),
-    check=_check, at_end=_measure, section=_section))
+    check=_check, at_end=_measure, section=_section, section_rank=60))

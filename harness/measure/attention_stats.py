@@ -29,4 +29,4 @@ register(Measurement(
     "attention_stats", Settings, "§3.2.1: the attention logits' variance, softmax saturation and W^Q,K gradients",
     metrics=(Metric("attn_logit_var", "", "logit var"), Metric("attn_max_prob", "", "max prob"),
              Metric("attn_entropy_ratio", "", "entropy / ln keys"), Metric("attn_qk_grad_norm", "", "‖∇W^Q,K‖")),
-    at_init=_measure, at_eval=_measure, at_end=_measure, section=_section))
+    at_init=_measure, at_eval=_measure, at_end=_measure, section=_section, section_rank=30))

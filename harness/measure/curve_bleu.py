@@ -36,4 +36,4 @@ register(Measurement(
     "curve_bleu", Settings, "a greedy dev BLEU curve against training FLOPs and wall time",
     metrics=(Metric("curve_bleu", "higher", "greedy dev BLEU tok"), Metric("curve_tokens", "", "target tokens seen"),
              Metric("curve_seconds", "", "training seconds")),
-    at_eval=_measure, eval_at_last=True, section=_section))
+    at_eval=_measure, eval_at_last=True, section=_section, section_rank=50))

@@ -32,9 +32,10 @@ from typing import Any, Callable
 from harness.errors import UserError
 
 # The built-in measurements, one module each; loaded (and so registered) the first time the registry is read.
-# Their order is the order of the report's sections and of the metrics each hook adds.
-BUILTIN = ("harness.measure.heads", "harness.measure.length", "harness.measure.attention_stats",
-           "harness.measure.source_attention", "harness.measure.curve_bleu", "harness.measure.agreement")
+# Their order is the order in which the hooks run and their settings are listed (the order the settings had as
+# TrainConfig fields); a report orders its sections by each measurement's `section_rank`.
+BUILTIN = ("harness.measure.agreement", "harness.measure.curve_bleu", "harness.measure.source_attention",
+           "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Measurement:
     at_end: Hook | None = None
     section: Section | None = None
     on: Callable[[Any], bool] | None = None     # whether settings take the measurement (default: not the defaults)
+    section_rank: int = 100     # where its report section goes among the others' (lower first; ties: registration)
 
     def takes(self, settings) -> bool:
         return self.on(settings) if self.on is not None else settings != self.default()
@@ -186,6 +188,11 @@ def validate(m: Measurement, settings) -> None:
 def claim_metrics() -> dict[str, tuple[str, str | None]]:
     """The claims.yaml metric keys the measurements feed: {key: (MLflow metric, transform)}."""
     return {x.claim: (x.claim_key or x.name, x.transform) for m in measurements() for x in m.metrics if x.claim}
+
+
+def by_section_rank() -> list[Measurement]:
+    """The measurements in the order a report shows their sections."""
+    return sorted(measurements(), key=lambda m: m.section_rank)
 
 
 def measured(measures: list, when: str, context: Callable[[], Context]) -> dict:

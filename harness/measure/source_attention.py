@@ -32,4 +32,4 @@ register(Measurement(
              Metric("src_mass_p*", "", "attention mass on the source at target position * (decoder-only)"),
              Metric("src_contrib_fade", "higher", "source share fade", claim="src_contrib_fade", transform="fade",
                     claim_key="contrib")),
-    at_end=_measure, section=_section))
+    at_end=_measure, section=_section, section_rank=40))

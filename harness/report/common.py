@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
-from harness.measure.registry import SectionContext, measurements
+from harness.measure.registry import SectionContext, by_section_rank
 from harness.report import claims
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
@@ -699,11 +699,11 @@ def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:
 def measurement_sections(runs: pd.DataFrame, order: list[str], uri: str, out_dir: Path,
                          study: str) -> tuple[list[str], list[Path]]:
     """The sections of the measurements the runs took (harness/measure: each registered measurement's own,
-    in the registry's order, over the rows of `order`): their lines, their images linked, and their PNGs."""
+    by its section_rank, over the rows of `order`): their lines, their images linked, and their PNGs."""
     lines: list[str] = []
     plots: list[Path] = []
     ctx = SectionContext(runs, order, uri, out_dir, study)
-    for m in measurements():
+    for m in by_section_rank():
         if m.section is not None:
             more, pngs = m.section(ctx)
             lines += more

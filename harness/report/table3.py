@@ -1,7 +1,7 @@
 """Table 3 in the paper's layout: variations on the base model, one knob at a time, each row with its
 architecture and training columns, dev PPL and both BLEUs over seeds, the paper's values beside and
-seed-paired deltas against base (MLflow -> reports/<study>.md, .csv, PNGs). Studies with rows of the
-same kind and no paper table of their own (studies/modern.yaml) use this layout too."""
+seed-paired deltas against base (MLflow -> reports/<study>.md, .csv, PNGs). The per-row summary, the BLEU
+against size plot and the bars are the rows layout's (rows.py), which studies without a paper table use."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ from typing import Iterable
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.io import atomic_write
 from harness.paper import columns, load_tables
-from harness.report import claims
 from harness.report.common import (
-    _PER_SEED,
-    METRICS,
     architecture_section,
     claims_section,
     column,
@@ -28,14 +24,15 @@ from harness.report.common import (
     pm,
     regime_note,
     row_diagnostics,
-    row_groups,
     row_order,
     save_png,
     signed,
     signed_pm,
     synthetic_data,
     table_name,
+    write_files,
 )
+from harness.report.rows import notes_last, plot_bleu_vs_params, plot_rows, summarize_rows
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
 ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")
@@ -64,31 +61,10 @@ def paper_table(parent: dict, study: str) -> dict | None:
 
 
 def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[str] = ()) -> pd.DataFrame:
-    """One line per row: architecture as run, mean and std (ddof=1) over FINISHED seeds, paper beside."""
-    runs = runs.assign(row=runs["tags.row"].astype(str))
+    """One line per row (rows.summarize_rows) with the paper's architecture columns as run, the D rows measured
+    against Dbase where it ran, and the paper's values beside."""
     paper_rows = paper["rows"] if paper else {}
-    records = []
-    for row, g, done, status, reason in row_groups(runs, row_order(runs, paper_rows, declared)):
-        first = (done if len(done) else g).iloc[0]   # params are the same for every seed of a row
-        rec = {"row": row, "status": status, "n_seeds": len(g), "n_finished": len(done)}
-        rec.update({col: pd.to_numeric(first.get(f"params.{key}", "nan"), errors="coerce")
-                    for col, key in ARCH_COLUMNS.items()})
-        for name, key in METRICS.items():
-            values = column(done, f"metrics.{key}").dropna()
-            rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
-            mean, low, _, _ = claims.interval(values)
-            rec[f"{name}_ci"] = mean - low             # half-width of the 95 % t-interval; NaN for one seed
-        rec["params_M"] = column(done, "metrics.params").mean() / 1e6
-        rec["failure_reason"] = reason
-        rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}
-        records.append(rec)
-    table = pd.DataFrame.from_records(records)
-    table["changes"] = _changes(table)
-    table = table.drop(columns="_params")
-    present = set(table["row"])
-    for name, key in METRICS.items():   # deltas against base, seed by seed: the comparison that survives the scale
-        table[f"delta_{name}"], table[f"delta_{name}_ci"] = zip(*(_paired_delta(runs, row, key, reference(row, present))
-                                                                  for row in table["row"]))
+    table = summarize_rows(runs, row_order(runs, paper_rows, declared), ARCH_COLUMNS, reference)
     if paper:
         p = pd.DataFrame.from_dict(paper_rows, orient="index")
         for ours, theirs in (("paper_ppl", "ppl"), ("paper_bleu", "bleu"), ("paper_params_M", "params")):
@@ -96,48 +72,12 @@ def summarize(runs: pd.DataFrame, paper: dict | None = None, declared: Iterable[
         for name in ("ppl", "bleu"):
             ref = p[name].get("base", float("nan"))
             table[f"paper_delta_{name}"] = table[f"paper_{name}"] - float(ref)
-    notes = ["changes", "failure_reason"]   # free text last, after the numbers
-    return table[[c for c in table.columns if c not in notes] + notes]
+    return notes_last(table)
 
 
-def _paired_delta(runs: pd.DataFrame, row: str, key: str, ref: str = "base") -> tuple[float, float]:
-    """(mean, 95 % half-width) of row - ref (the base) over the seeds both FINISHED; the half-width is NaN for
-    one seed."""
-    if row == ref:
-        return 0.0, float("nan")
-    done = runs[runs["status"] == "FINISHED"]
-    col = f"metrics.{key}"
-    if col not in done:
-        return float("nan"), float("nan")
-    by_seed = lambda r: dict(zip(done.loc[done["row"] == r, "tags.seed"].astype(int),   # noqa: E731
-                                 pd.to_numeric(done.loc[done["row"] == r, col], errors="coerce")))
-    a, b = by_seed(row), by_seed(ref)
-    mean, low, _, _ = claims.interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
-    return mean, mean - low
-
-
-def _changes(table: pd.DataFrame) -> list[str]:
-    """Model/train/data params a row changes against the base beyond the printed columns (e.g. row E's
-    positional=learned, modern rows' norm or ffn, the D rows' smaller training set in the tiny profile), so
-    rows that print alike can be told apart."""
-    base = table.loc[table["row"] == "base", "_params"]
-    if base.empty:
-        return [""] * len(table)
-    base, shown = base.iloc[0], set(ARCH_COLUMNS.values()) | _PER_SEED
-
-    def implied(k: str, params: dict) -> bool:
-        # Fields derived from printed ones: n_kv_heads follows n_heads, per-side depths follow n_layers.
-        derived_from = {"model.n_kv_heads": "model.n_heads", "model.n_enc_layers": "model.n_layers",
-                        "model.n_dec_layers": "model.n_layers"}
-        return k in derived_from and params.get(k) == params.get(derived_from[k])
-    return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
-                      if k.startswith(("model.", "train.", "data.")) and k not in shown and base.get(k) != v
-                      and not implied(k, params))
-            for params in table["_params"]]
-
-
-def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None, plots: list[Path],
-                    claims_lines: list[str] = (), diag: dict | None = None) -> str:
+def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict | None,
+                    diag: dict | None = None) -> list[str]:
+    """The report's lines above its plots: the header, the paper's notes, the rows table with its columns."""
     synth = results["parent"]["tags"].get("profile") == "tiny" or synthetic_data(results["runs"])
     lines = header_lines(study, results, paper["caption"] if paper else None)
     if paper:
@@ -180,20 +120,7 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
                       signed(r["paper_delta_ppl"]), signed(r["paper_delta_bleu"])]
         cells.append(notes.replace("|", "\\|").replace("\n", " "))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += [""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    lines += claims_lines
-    return "\n".join(lines)
-
-
-def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path) -> Path:
-    fig = Figure(figsize=(6, 4.5))
-    ax = fig.add_subplot()
-    ok = table.dropna(subset=["params_M", "bleu_mean"])
-    ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
-    for r in ok.itertuples(index=False):
-        ax.annotate(r.row, (r.params_M, r.bleu_mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)", title=f"{study}: dev BLEU against size (ours)")
-    return save_png(fig, path)
+    return lines
 
 
 def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
@@ -202,14 +129,8 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
     present = set(table["row"])
     groups = [(title, [r for r in (reference(rows[0], present), *rows) if r in present], col)
               for title, rows, col in KNOBS if present & set(rows)]
-    if not groups:   # no knob rows (e.g. modern.yaml): bars per row
-        fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
-        axes = fig.subplots(2, 1, sharex=True)
-        for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
-            ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
-            ax.set_ylabel(label)
-        axes[0].set_title(f"{study}: dev BLEU and PPL per row (ours)")
-        return save_png(fig, path)
+    if not groups:   # no knob rows (e.g. `--rows base`): bars per row
+        return plot_rows(study, table, path)
     fig = Figure(figsize=(3 * len(groups), 5.5), layout="constrained")
     axes = fig.subplots(2, len(groups), squeeze=False)
     for j, (title, rows, col) in enumerate(groups):
@@ -247,10 +168,6 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     # The sections of the measurements the rows took (harness/measure: the heads probe, length buckets, attention
     # statistics, source attention, ...), before the claims.
     extra, extra_plots = measurement_sections(runs, table["row"].tolist(), uri, out_dir, study)
-    csv = atomic_write(out_dir / f"{study}.csv", table.round(4).to_csv(index=False))
-    md = atomic_write(out_dir / f"{study}.md", render_markdown(study, results, table, paper, plots,
-                                                               [*architecture_section(runs, table["row"].tolist()),
-                                                                *extra,
-                                                                *claims_section(study, runs, uri, results["parent"])],
-                                                               row_diagnostics(runs, uri)))
-    return [md, csv, *plots, *extra_plots]
+    lines = render_markdown(study, results, table, paper, row_diagnostics(runs, uri))
+    tail = [*architecture_section(runs, table["row"].tolist()), *extra, *claims_section(study, runs, uri, parent)]
+    return write_files(study, out_dir, lines, table, plots, tail) + extra_plots

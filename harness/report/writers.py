@@ -18,7 +18,7 @@ import pandas as pd
 from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
-from harness.report import inference, table1, table2, table3, table4
+from harness.report import inference, rows, table1, table2, table3, table4
 from harness.report.common import _PROVENANCE, declared_table, load_results, report_folder
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
@@ -26,10 +26,11 @@ Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, 
 WRITERS: dict[str, Writer] = {"table1": table1.write_table1, "table2": table2.write_table2,
                               "table3": table3.write_table3, "table4": table4.write_table4,
                               # not a paper table: studies/inference.yaml, found by the study's name
-                              "inference": inference.write_inference}
-# A study without a paper table of its own (modern.yaml: rows that each change a few knobs of a base) is laid
-# out as Table 3, the paper's table of such rows.
-NO_TABLE = "table3"
+                              "inference": inference.write_inference,
+                              # rows against a base, no paper table (modern.yaml, decoder_only.yaml, heads.yaml, ...)
+                              "rows": rows.write_rows}
+# A study without a paper table of its own is laid out as rows against its base (harness/report/rows.py).
+NO_TABLE = "rows"
 
 
 def writer_for(parent: dict, study: str) -> Writer:

@@ -1,0 +1,178 @@
+"""The layout of a study with no paper table of its own (studies/modern.yaml, decoder_only.yaml, heads.yaml,
+scaling_dk.yaml, extrapolation.yaml, a named variant): one line per row with what it changes against the base, dev
+PPL and both BLEUs as mean ± 95 % half-width over seeds, seed-paired deltas against the base, then each row's
+architecture, the sections of the measurements the rows took, and the claims. Table 3's layout (table3.py) builds
+on the same per-row summary (`summarize_rows`) and adds the paper's columns and knob groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.report import claims
+from harness.report.common import (
+    _PER_SEED,
+    METRICS,
+    architecture_section,
+    claims_section,
+    column,
+    declared_rows,
+    header_lines,
+    measurement_sections,
+    num,
+    plot_learning_curves,
+    pm,
+    regime_note,
+    row_diagnostics,
+    row_groups,
+    row_order,
+    save_png,
+    signed_pm,
+    synthetic_data,
+    write_files,
+)
+
+
+def summarize_rows(runs: pd.DataFrame, order: Iterable[str], shown_columns: dict[str, str] | None = None,
+                   reference: Callable[[str, set], str] = lambda row, present: "base") -> pd.DataFrame:
+    """One line per row of `order`: its status and seeds, the `shown_columns` ({column: param}) as run, mean, std
+    (ddof=1) and 95 % half-width over FINISHED seeds of each of METRICS, params, the failure, the settings it
+    changes against the base beyond the shown columns, and seed-paired deltas against reference(row, present)."""
+    shown_columns = shown_columns or {}
+    runs = runs.assign(row=runs["tags.row"].astype(str))
+    records = []
+    for row, g, done, status, reason in row_groups(runs, list(order)):
+        first = (done if len(done) else g).iloc[0]   # params are the same for every seed of a row
+        rec = {"row": row, "status": status, "n_seeds": len(g), "n_finished": len(done)}
+        rec.update({col: pd.to_numeric(first.get(f"params.{key}", "nan"), errors="coerce")
+                    for col, key in shown_columns.items()})
+        for name, key in METRICS.items():
+            values = column(done, f"metrics.{key}").dropna()
+            rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
+            mean, low, _, _ = claims.interval(values)
+            rec[f"{name}_ci"] = mean - low             # half-width of the 95 % t-interval; NaN for one seed
+        rec["params_M"] = column(done, "metrics.params").mean() / 1e6
+        rec["failure_reason"] = reason
+        rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}
+        records.append(rec)
+    table = pd.DataFrame.from_records(records)
+    table["changes"] = changes(table, shown_columns)
+    table = table.drop(columns="_params")
+    present = set(table["row"])
+    for name, key in METRICS.items():   # deltas against base, seed by seed: the comparison that survives the scale
+        table[f"delta_{name}"], table[f"delta_{name}_ci"] = zip(*(paired_delta(runs, row, key, reference(row, present))
+                                                                  for row in table["row"]))
+    return table
+
+
+def notes_last(table: pd.DataFrame) -> pd.DataFrame:
+    """The free-text columns after the numbers."""
+    notes = ["changes", "failure_reason"]
+    return table[[c for c in table.columns if c not in notes] + notes]
+
+
+def paired_delta(runs: pd.DataFrame, row: str, key: str, ref: str = "base") -> tuple[float, float]:
+    """(mean, 95 % half-width) of row - ref (the base) over the seeds both FINISHED; the half-width is NaN for
+    one seed."""
+    if row == ref:
+        return 0.0, float("nan")
+    done = runs[runs["status"] == "FINISHED"]
+    col = f"metrics.{key}"
+    if col not in done:
+        return float("nan"), float("nan")
+    by_seed = lambda r: dict(zip(done.loc[done["row"] == r, "tags.seed"].astype(int),   # noqa: E731
+                                 pd.to_numeric(done.loc[done["row"] == r, col], errors="coerce")))
+    a, b = by_seed(row), by_seed(ref)
+    mean, low, _, _ = claims.interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
+    return mean, mean - low
+
+
+def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
+    """Model/train/data params a row changes against the base beyond the printed columns (e.g. row E's
+    positional=learned, modern rows' norm or ffn, the D rows' smaller training set in the tiny profile), so
+    rows that print alike can be told apart."""
+    base = table.loc[table["row"] == "base", "_params"]
+    if base.empty:
+        return [""] * len(table)
+    base, shown = base.iloc[0], set(shown_columns.values()) | _PER_SEED
+
+    def implied(k: str, params: dict) -> bool:
+        # Fields derived from printed ones: n_kv_heads follows n_heads, per-side depths follow n_layers.
+        derived_from = {"model.n_kv_heads": "model.n_heads", "model.n_enc_layers": "model.n_layers",
+                        "model.n_dec_layers": "model.n_layers"}
+        return k in derived_from and params.get(k) == params.get(derived_from[k])
+    return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
+                      if k.startswith(("model.", "train.", "data.")) and k not in shown and base.get(k) != v
+                      and not implied(k, params))
+            for params in table["_params"]]
+
+
+def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path) -> Path:
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.add_subplot()
+    ok = table.dropna(subset=["params_M", "bleu_mean"])
+    ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
+    for r in ok.itertuples(index=False):
+        ax.annotate(r.row, (r.params_M, r.bleu_mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)", title=f"{study}: dev BLEU against size (ours)")
+    return save_png(fig, path)
+
+
+
+def plot_rows(study: str, table: pd.DataFrame, path: Path) -> Path:
+    """Bars per row, dev BLEU tok above and dev PPL below, each with its seeds' spread."""
+    fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
+    axes = fig.subplots(2, 1, sharex=True)
+    for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
+        ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
+        ax.set_ylabel(label)
+    axes[0].set_title(f"{study}: dev BLEU and PPL per row (ours)")
+    return save_png(fig, path)
+
+
+def row_lines(table: pd.DataFrame, diag: dict) -> list[str]:
+    """The rows table: seeds, dev PPL and both BLEUs over seeds, params, deltas against the base, notes."""
+    head = ["row", "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok",
+            "changes against base; notes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.to_dict("records"):
+        seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
+        failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
+        notes = "; ".join(x for x in (r["changes"], failure, regime_note(r["row"], diag)) if x)
+        cells = [f"**{r['row']}**", seeds, pm(r["ppl_mean"], r["ppl_ci"]), pm(r["bleu_mean"], r["bleu_ci"]),
+                 pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), num(r["params_M"], "{:.3g}"),
+                 signed_pm(r["delta_ppl"], r["delta_ppl_ci"]), signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"]),
+                 notes.replace("|", "\\|").replace("\n", " ")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
+    """The rows layout: header, the rows table, its plots, each row's architecture, the measurements' sections,
+    the claims."""
+    parent, runs = results["parent"], results["runs"]
+    table = notes_last(summarize_rows(runs, row_order(runs, (), declared_rows(parent))))
+    rows = table["row"].tolist()
+    plots = [plot_learning_curves(study, runs, rows, uri, out_dir / f"{study}_learning_curves.png"),
+             plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
+             plot_rows(study, table, out_dir / f"{study}_rows.png")]
+    lines = header_lines(study, results, None)
+    if parent["tags"].get("profile") == "tiny" or synthetic_data(runs):
+        lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models: absolute PPL and "
+                  "BLEU say nothing about WMT14; the direction and size of each row's difference from the base do "
+                  "(the Δ columns).", ""]
+    averaged = sorted({int(v) for v in column(runs, "params.train.average_last").dropna() if v > 0})
+    if averaged:
+        lines += [f"Each row is scored on the mean of its last {' or '.join(map(str, averaged))} checkpoints "
+                  "(`train.average_last`).", ""]
+    lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
+              "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) over "
+              "the seeds both finished, ± its own 95 % half-width. The last column names every setting a row "
+              "changes against the base (from each trial's params).", ""]
+    lines += row_lines(table, row_diagnostics(runs, uri))
+    extra, extra_plots = measurement_sections(runs, rows, uri, out_dir, study)
+    tail = [*architecture_section(runs, rows), *extra, *claims_section(study, runs, uri, parent)]
+    return write_files(study, out_dir, lines, table, plots, tail) + extra_plots
