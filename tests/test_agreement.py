@@ -12,7 +12,8 @@ from mlflow.entities import Metric
 
 from harness.cli import main
 from harness.data.corpus import DataConfig
-from harness.data.synth import Marked, _stream, agreement_pairs, lexicon, synth_config
+from harness.data.synth import Marked, agreement_pairs, lexicon, synth_config
+from harness.data.synth.sentences import _stream
 from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summarize, wilson
 from harness.report import claims
 from harness.report.rivals import at_budget

@@ -10,13 +10,14 @@ import pytest
 
 from harness.data import synth
 from harness.data.synth import Example, SynthConfig, generate, write_corpus
+from harness.data.synth.lexicon import _INTENS, _PREP_NP, _PREP_VP
 from harness.errors import UserError
 from tests.helpers import is_base_np, leaves, nodes, parse
 
 CFG = SynthConfig()
 LEX = synth.lexicon(CFG)
 SRC_AN, TGT_AN = LEX.analyses()
-PREP_TGT = {w: t for w, t, _ in synth._PREP_NP + synth._PREP_VP}
+PREP_TGT = {w: t for w, t, _ in _PREP_NP + _PREP_VP}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_adjectives_follow_nouns_and_pps_become_postpositions(sample):
                 i = next(k for k, w in enumerate(tgt) if TGT_AN.get(w, ())[:2] == SRC_AN[noun][:2])
                 rest = tgt[i + 1:]
                 j = next(k for k, w in enumerate(rest) if TGT_AN.get(w, ("?",))[0] != "J"
-                         and w not in {t for _, t in synth._INTENS})
+                         and w not in {t for _, t in _INTENS})
                 pp_ok += rest[j] == PREP_TGT[prep]
     assert adj_after > 1000 and adj_before < adj_after / 20
     assert pp_all > 500 and pp_ok == pp_all
@@ -248,7 +249,7 @@ def test_bad_arguments_raise_user_error(call):
 def test_write_corpus_two_writers_race(tmp_path, monkeypatch):
     """Two processes asked for the same new corpus both generate it; the one that finishes second finds the
     other's finished directory where its own goes and uses that, without an error or a temp dir left."""
-    import harness.data.synth as synth
+    import harness.data.synth.corpus as synth
     out = tmp_path / "corpus"
     theirs = write_corpus(out, 50, 10, 10, seed=4)        # the other writer, already done
     real = synth._existing

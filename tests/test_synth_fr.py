@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from harness.data import synth
-from harness.data.synth import SynthConfig, french_elide, generate
+from harness.data.synth import SynthConfig, french, french_elide, generate
 from tests.helpers import is_base_np, leaves, nodes, parse
 
 CFG = SynthConfig(target="fr")
@@ -53,7 +53,7 @@ def test_sources_and_trees_are_the_german_like_corpus_s_and_the_german_like_corp
 def test_every_content_word_is_translated_once_and_the_order_mostly_kept(pairs):
     kept = kept_de = 0
     de_an = synth.lexicon(SynthConfig()).analyses()[1]
-    closed = synth._FR_CLOSED | set(ELIDED) | {",", "."}
+    closed = french._FR_CLOSED | set(ELIDED) | {",", "."}
     for de, fr in pairs[:3000]:
         src = [SRC_AN[w][:2] for w in fr.src.split() if w in SRC_AN]
         tgt = [lemma(w) for w in words(fr.tgt) if w not in closed]
@@ -134,8 +134,8 @@ def test_the_main_verb_agrees_in_number_with_a_subject_across_its_relative_claus
         pl = noun[2]
         form = TGT_AN[tgt[v_hits[0]]]
         if tag == "VBD":    # the compound past: the auxiliary carries the number
-            aux = [w for w in tgt[:v_hits[0]] if w in synth._FR_AUX][-1]
-            assert aux == synth._FR_AUX[pl] and form[0] == "PART", fr
+            aux = [w for w in tgt[:v_hits[0]] if w in french._FR_AUX][-1]
+            assert aux == french._FR_AUX[pl] and form[0] == "PART", fr
         else:
             assert form[0] == "V" and form[3] == pl, fr
         checked[tag, pl] += 1
@@ -157,7 +157,7 @@ def test_elision_happens_in_the_corpus_and_never_is_left_undone(pairs):
     for _, fr in pairs:
         tgt = fr.tgt.split()
         for w, nxt in zip(tgt, tgt[1:]):
-            assert not (w in ("le", "la", "de", "que", "ce") and nxt[:1] in synth._FR_VOWELS), fr
+            assert not (w in ("le", "la", "de", "que", "ce") and nxt[:1] in french._FR_VOWELS), fr
             assert not (w == "de" and nxt in ("le", "les", "des")), fr
         counts.update(w[:2] if w[:2] in ("l'", "d'") else w[:3] if w.startswith("qu'") else w
                       for w in tgt if w.startswith(ELIDED) or w in ("du", "des", "cet"))

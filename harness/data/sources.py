@@ -52,7 +52,7 @@ def _splits(unit: str, key: str) -> Callable[[dict], str]:
 
 
 SOURCES = {
-    "synth": Source("the made-up corpus, generated with gold trees (harness/data/synth.py)",
+    "synth": Source("the made-up corpus, generated with gold trees (harness/data/synth/)",
                     generate=synth.synth_corpus_dir),
     "wmt14-en-de": Source("WMT14 English-German (§5.1)",
                           prepare=lambda src, out, pair: wmt.prepare_wmt14(wmt.EN_DE, src, out), makes=_wmt("en-de")),

@@ -6,7 +6,7 @@ such a dependency without decoding: the model scores the reference and the same 
 word in the wrong form (forced decoding), and is right when it prefers the reference. Tang et al. (2018)
 scored the three families this way on subject-verb agreement, by the distance between the two words.
 
-The made-up corpus knows every agreement it writes (harness/data/synth.py `agreement_pairs`): the target
+The made-up corpus knows every agreement it writes (harness/data/synth/probes.py `agreement_pairs`): the target
 verb agrees with its subject's head noun or pronoun, or, in a subject relative clause, with the antecedent,
 in number and gender (the German-like target) or in number (the French-like one). The pairs come from
 sentences of the trial's own corpus settings, from a random stream none of train, dev and test use.

@@ -4,7 +4,7 @@ the ones encountered during training".
 A trial trains on the made-up corpus's sentences of at most L words (`data.max_words`) and is then scored on
 sentences of the same grammar and lexicon in BUCKETS of source length from 1 to 3L words (the final "."
 counted, as `data.max_words` counts it): the first bucket is the training lengths, the others lie past them.
-The sentences come from a random stream none of train, dev and test use (harness/data/synth.py
+The sentences come from a random stream none of train, dev and test use (harness/data/synth/probes.py
 `length_buckets`), `train.length_sentences` of each bucket. Per bucket: the perplexity of the references
 (teacher-forced), BLEU of the beam search's translations (the trial's beam settings; the paper's tokenized BLEU),
 and the accuracy on the bucket's agreement contrasts (harness/eval/agreement.py's forced decoding), logged as

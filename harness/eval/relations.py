@@ -1,7 +1,7 @@
 """Gold relations between the words of a source sentence, read off its gold constituency tree: what the heads
 probe scores attention heads against (harness/eval/heads.py; Clark et al. 2019's method).
 
-The made-up corpus writes a bracketed tree of every source sentence (harness/data/synth.py), whose grammar is
+The made-up corpus writes a bracketed tree of every source sentence (harness/data/synth/grammar.py), whose grammar is
 small enough that three relations follow from the tree alone, without drawing or annotating anything anew:
 
 - `subject`: a finite verb -> the head word of its subject (a noun, the first conjunct's noun of a coordination,
