@@ -20,6 +20,7 @@ x values are used and the fit is flagged `fixed_cost_dominated`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,7 +33,17 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
-from harness.probes.scaling_spec import DEFAULTS, PATH_KINDS, QUICK, TIMED, ScalingSpec, exponent_note, fit_exponent
+from harness.probes.scaling_spec import (
+    DEFAULTS,
+    PATH_AS,
+    PATH_KINDS,
+    QUICK,
+    TIMED,
+    TIMED_AS,
+    ScalingSpec,
+    exponent_note,
+    fit_exponent,
+)
 from harness.system import pin_allocator, resolve_device
 
 # ---------------------------------------------------------------- layers
@@ -147,8 +158,6 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16, heads: int = 1, in
     }[kind]()
 
 
-# The layer whose stack the path length is measured on: nn.RNN's recurrence is the loop's, hidden in a kernel.
-_PATH_OF = {"rnn_torch": "rnn_loop"}
 PAPER = table1_columns()       # the paper's Table 1 columns by layer (harness/paper/tables.yaml)
 
 # ---------------------------------------------------------------- instrumentation
@@ -308,89 +317,91 @@ def run_scaling(ns=None, ds=None, *, n_fixed=None, d_fixed=None, batch=None, k: 
                 heads: int = 1, repeats=None, warmup=None, device: str | None = None,
                 quick: bool = False, layers=TIMED, path_ns=(9, 16, 17), path_k: int = 3,
                 path_r: int = 4, fixed_mult: float = 3.0, threads: int | None = 1) -> dict:
-    """Sweep n at d = d_fixed and d at n = n_fixed for every layer; fit exponents; count
-    sequential ops and path lengths. Returns raw rows, fits, seq ops, path lengths and notes."""
+    """Every layer of `layers` through the one driver (`_sweep`: n at d = d_fixed and d at n = n_fixed, fitted
+    exponents, sequential ops), one pass each, and the path lengths of PATH_KINDS. Returns raw rows, fits, seq
+    ops, path lengths and notes.
+
+    On CPU, one intra-op thread by default: on a shared machine a multi-threaded op stalls at its OpenMP barrier
+    whenever another process holds a core, which scrambles the timings (seen: 10x jumps). Exponents, not
+    absolute speed, are the point. threads=None keeps torch's setting."""
     cfg = dict(QUICK if quick else DEFAULTS)
     for key, val in {"ns": ns, "ds": ds, "n_fixed": n_fixed, "d_fixed": d_fixed, "batch": batch,
-                         "repeats": repeats, "warmup": warmup}.items():
+                     "repeats": repeats, "warmup": warmup}.items():
         if val is not None:
             cfg[key] = val
     device = str(resolve_device(device or "auto"))
-    # On CPU, one intra-op thread by default: on a shared machine a multi-threaded op stalls at its
-    # OpenMP barrier whenever another process holds a core, which scrambles the timings (seen:
-    # 10x jumps). Exponents, not absolute speed, are the point. threads=None keeps torch's setting.
-    old_threads = torch.get_num_threads()
+    grid = ScalingSpec(ns=tuple(cfg["ns"]), ds=tuple(cfg["ds"]), n_fixed=cfg["n_fixed"], d_fixed=cfg["d_fixed"],
+                       batch=cfg["batch"], k=k, r=r, heads=heads, repeats=cfg["repeats"], warmup=cfg["warmup"],
+                       passes=1, fixed_mult=fixed_mult, path_ns=tuple(path_ns), path_k=path_k, path_r=path_r)
+    with _torch_threads(device, threads):
+        swept = {kind: _sweep(dataclasses.replace(grid, layer=kind), device) for kind in layers}
+        paths = {kind: _paths(kind, grid) for kind in PATH_KINDS}
+        result = {"config": dict(cfg, k=k, r=r, heads=heads, device=device, fixed_mult=fixed_mult, path_k=path_k,
+                                 path_r=path_r, torch_threads=torch.get_num_threads()),
+                  "rows": [row for rows, _, _ in swept.values() for row in rows],
+                  "fits": {kind: fits for kind, (_, fits, _) in swept.items()},
+                  "sequential_ops": {kind: seq for kind, (_, _, seq) in swept.items()}, "path_lengths": paths}
+    result["notes"] = _notes(result)
+    return result
+
+
+@contextlib.contextmanager
+def _torch_threads(device: str, threads: int | None):
+    """On CPU: `threads` intra-op threads (None: torch's own) and the pinned allocator while measuring; torch's
+    thread count is restored afterwards."""
+    old = torch.get_num_threads()
     if threads and device == "cpu":
         torch.set_num_threads(threads)
     if device == "cpu":
         pin_allocator()
     try:
-        return _run(cfg, device, k, r, heads, layers, path_ns, path_k, path_r, fixed_mult)
+        yield
     finally:
-        torch.set_num_threads(old_threads)
+        torch.set_num_threads(old)
 
 
-def _run(cfg, device, k, r, heads, layers, path_ns, path_k, path_r, fixed_mult) -> dict:
-    common = {"batch": cfg["batch"], "k": k, "r": r, "heads": heads, "device": device,
-                  "repeats": cfg["repeats"], "warmup": cfg["warmup"]}
-    rows, fits = [], {}
-    for kind in layers:
-        n_rows = [measure(kind, n, cfg["d_fixed"], **common) for n in cfg["ns"]]
-        d_rows = [measure(kind, cfg["n_fixed"], d, **common) for d in cfg["ds"]]
-        rows += [dict(r_, sweep="n") for r_ in n_rows] + [dict(r_, sweep="d") for r_ in d_rows]
-        fits[kind] = {
-            f"{var}_{p}": fit_exponent([r_[var] for r_ in rs], [r_[f"{p}_s"] for r_ in rs], fixed_mult)
-            for var, rs in (("n", n_rows), ("d", d_rows)) for p in ("fwd", "fwd_bwd")}
-    n_seq = max(cfg["ns"])
-    seq = {kind: sequential_ops(kind, n_seq) for kind in layers}
-    paths = {kind: [path_length(kind, n, path_k, path_r) for n in path_ns] for kind in PATH_KINDS}
-    result = {"config": dict(cfg, k=k, r=r, heads=heads, device=device, fixed_mult=fixed_mult,
-                              path_k=path_k, path_r=path_r, torch_threads=torch.get_num_threads()),
-                  "rows": rows, "fits": fits, "sequential_ops": seq, "path_lengths": paths}
-    result["notes"] = _notes(result)
-    return result
+def _sweep(spec: ScalingSpec, device: str, on_point: Callable[[dict], None] | None = None):
+    """The one driver: spec.layer timed (as its TIMED_AS stand-in) over the n and d sweeps, forward and forward +
+    backward, in spec.passes passes that alternate direction, each point keeping its fastest pass (a burst of
+    other work on the machine spoils one pass of a few points, not the fit); the fitted exponents; the
+    sequential operations at the largest n. Returns (rows, fits, sequential ops)."""
+    timed = TIMED_AS.get(spec.layer, spec.layer)
+    common = {"batch": spec.batch, "k": spec.k, "r": spec.r, "heads": spec.heads, "device": device,
+              "repeats": spec.repeats, "warmup": spec.warmup}
+    points = [("n", n, spec.d_fixed) for n in spec.ns] + [("d", spec.n_fixed, d) for d in spec.ds]
+    best: dict[tuple, dict] = {}
+    for i in range(spec.passes):
+        for sweep, n, d in points if i % 2 == 0 else points[::-1]:   # alternate: drift hits both ends
+            row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
+            old = best.get((sweep, n, d))
+            if old is not None:
+                row["fwd_s"] = min(old["fwd_s"], row["fwd_s"])
+                row["fwd_bwd_s"] = min(old["fwd_bwd_s"], row["fwd_bwd_s"])
+            best[(sweep, n, d)] = row
+    rows = [best[p] for p in points]
+    for row in rows:
+        if on_point:
+            on_point(row)
+    fits = {f"{var}_{p}": fit_exponent([r_[var] for r_ in rows if r_["sweep"] == var],
+                                       [r_[f"{p}_s"] for r_ in rows if r_["sweep"] == var], spec.fixed_mult)
+            for var in ("n", "d") for p in ("fwd", "fwd_bwd")}
+    return rows, fits, sequential_ops(timed, max(spec.ns))
+
+
+def _paths(layer: str, spec: ScalingSpec) -> list[dict]:
+    """The layer's path lengths at spec.path_ns, measured on its PATH_AS stand-in's stack."""
+    return [path_length(PATH_AS.get(layer, layer), n, spec.path_k, spec.path_r) for n in spec.path_ns]
 
 # ---------------------------------------------------------------- one layer as a study trial
 
 def measure_layer(spec: ScalingSpec, on_point: Callable[[dict], None] | None = None) -> dict:
-    """Everything Table 1 asks of one layer type: time and memory over the n and d sweeps (forward and
-    forward + backward), fitted exponents, sequential operations and path lengths."""
+    """Everything Table 1 asks of one layer type (a study trial): `_sweep` and `_paths` on the spec's grid."""
     spec.validate()
     device = str(resolve_device(spec.device))
-    old_threads = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(spec.threads)
-    common = {"batch": spec.batch, "k": spec.k, "r": spec.r, "heads": spec.heads, "device": device,
-              "repeats": spec.repeats, "warmup": spec.warmup}
-    timed = "conv" if spec.layer == "conv_dilated" else spec.layer   # dilation changes no cost
-    try:
-        # Each pass sweeps every point once; a point keeps its fastest pass, so a burst of other work on
-        # the machine spoils one pass of a few points, not the fit.
-        points = [("n", n, spec.d_fixed) for n in spec.ns] + [("d", spec.n_fixed, d) for d in spec.ds]
-        best: dict[tuple, dict] = {}
-        if device == "cpu":
-            pin_allocator()
-        for i in range(spec.passes):
-            for sweep, n, d in points if i % 2 == 0 else points[::-1]:   # alternate: drift hits both ends
-                row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
-                old = best.get((sweep, n, d))
-                if old is not None:
-                    row["fwd_s"] = min(old["fwd_s"], row["fwd_s"])
-                    row["fwd_bwd_s"] = min(old["fwd_bwd_s"], row["fwd_bwd_s"])
-                best[(sweep, n, d)] = row
-        rows = [best[p] for p in points]
-        for row in rows:
-            if on_point:
-                on_point(row)
-        fits = {f"{var}_{p}": fit_exponent([r_[var] for r_ in rows if r_["sweep"] == var],
-                                           [r_[f"{p}_s"] for r_ in rows if r_["sweep"] == var], spec.fixed_mult)
-                for var in ("n", "d") for p in ("fwd", "fwd_bwd")}
-        seq = sequential_ops(timed, max(spec.ns))
-        path_kind = _PATH_OF.get(spec.layer, spec.layer)
-        paths = [path_length(path_kind, n, spec.path_k, spec.path_r) for n in spec.path_ns]
+    with _torch_threads(device, spec.threads):
+        rows, fits, seq = _sweep(spec, device, on_point)
+        paths = _paths(spec.layer, spec)
         threads = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(old_threads)
     return {"spec": dataclasses.asdict(spec), "device": device, "torch_threads": threads, "rows": rows,
             "fits": fits, "sequential_ops": seq, "path_lengths": paths, "paper": PAPER[spec.layer]}
 

@@ -19,6 +19,11 @@ from harness.errors import suggest
 TIMED = ("sdpa", "plain", "restricted", "rnn_loop", "rnn_torch", "conv", "conv_separable")
 PATH_KINDS = ("sdpa", "rnn_loop", "conv", "conv_dilated", "restricted")
 LAYERS = (*TIMED, "conv_dilated")
+# The layer whose measurement stands in for another's, each said once: a dilated convolution costs what the
+# contiguous one costs (the dilation changes no FLOP), and nn.RNN's path is the Python loop's (the same recurrence,
+# hidden in a kernel that the gradient check cannot see into).
+TIMED_AS = {"conv_dilated": "conv"}
+PATH_AS = {"rnn_torch": "rnn_loop"}
 # How far a fitted exponent may sit from the paper's before the probe's notes and Table 1's report say why.
 EXPONENT_TOLERANCE = 0.2
 
