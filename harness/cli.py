@@ -63,8 +63,8 @@ def _cmd_data_prepare(args) -> int:
 def _cmd_train(args) -> int:
     from harness import overrides
     from harness.data.corpus import DataConfig
-    from harness.train import TRAIN_PRESETS, train
-    from model import ConfigError, get_preset
+    from harness.train import preset, train
+    from model import ConfigError
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
@@ -78,10 +78,10 @@ def _cmd_train(args) -> int:
         if args.row or args.profile:
             raise UserError("--row and --profile select a row of a study; give the study with --study FILE.")
         try:
-            model_cfg = get_preset(args.preset)
+            model_cfg, train_cfg = preset(args.preset)
         except ConfigError as err:
             raise UserError(str(err)) from None
-        model_cfg, train_cfg, data_cfg = model_cfg, TRAIN_PRESETS[args.preset], DataConfig(name=args.data)
+        data_cfg = DataConfig(name=args.data)
     model_cfg, train_cfg, data_cfg = overrides.apply(model_cfg, train_cfg, data_cfg, overrides.parse_sets(args.set))
     ranks = _torchrun_ranks(train_cfg.device)
     if ranks.world > 1:      # one process per machine builds the corpus and BPE caches; the others then read them

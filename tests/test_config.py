@@ -64,3 +64,15 @@ def test_impossible_configs_are_refused_with_the_field_named(bad, message):
 def test_unknown_field_gets_a_suggestion():
     with pytest.raises(ConfigError, match="did you mean d_model"):
         paper_base.replace(d_modle=256)
+
+
+def test_every_preset_has_its_model_and_its_training_settings():
+    """One table of presets: model/config.py's PRESETS and the training settings that go with each."""
+    from harness.train import TRAIN_PRESETS, preset
+    from model.config import PRESETS
+    assert set(TRAIN_PRESETS) == set(PRESETS)
+    for name in PRESETS:
+        model, train = preset(name)
+        assert model is PRESETS[name] and train is TRAIN_PRESETS[name]
+    with pytest.raises(ConfigError, match="now called 'cpu_d128'"):
+        preset("tiny")

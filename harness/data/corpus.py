@@ -13,11 +13,15 @@ from harness.data.bpe import Tokenizer, train_bpe
 from harness.data.parse import SUBTREE_MARK, parse_symbols, prepare_parse_corpus
 from harness.data.readers import read_parallel
 from harness.data.sources import SOURCES
+from harness.data.synth.config import SynthConfig
 from harness.errors import UserError
 
 # File name pairs a data directory may use, in order of preference: the made-up corpus, then what
 # `data prepare wmt14-en-de` and `wmt14-en-fr` write.
 _SUFFIXES = (("src", "tgt"), ("en", "de"), ("en", "fr"))
+
+
+SYNTH = SynthConfig()     # the made-up corpus's grammar at its defaults
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,10 @@ class DataConfig:
     test_pairs: int = 1000
     seed: int = 1
     lexicon_scale: float = 1.0     # synth only: multiplies the lexicon's sizes (1.0: 5,000 lemmas)
-    max_depth: int = 4             # synth only: how deep clauses, PPs and coordinations nest (1..8)
-    max_words: int = 70            # synth only: longest source sentence in words, final "." included
-    target: str = "de"             # synth only: the target language, "de" (German-like) or "fr" (French-like)
+    # synth only, the grammar's own defaults (harness/data/synth/config.py SynthConfig):
+    max_depth: int = SYNTH.max_depth   # how deep clauses, PPs and coordinations nest (1..8)
+    max_words: int = SYNTH.max_len     # longest source sentence in words, final "." included
+    target: str = SYNTH.target         # the target language, "de" (German-like) or "fr" (French-like)
     lexicon_seed: int = 0          # synth only: the made-up words' spellings and features (another vocabulary)
     # DEVIATION (parse only; default False, Vinyals et al.'s XX, which the paper follows): each word of a
     # linearized tree is written with its POS tag, XX/NN instead of XX, so that the target asks for each

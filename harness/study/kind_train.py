@@ -48,7 +48,7 @@ from harness.study.spec import (
     section_overrides,
 )
 from harness.tracking import TrialRun
-from harness.train import TRAIN_PRESETS, train
+from harness.train import preset, train
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial, fault_hook, injected_fault
 from model import ConfigError, get_preset, to_dict, with_settings
@@ -76,8 +76,9 @@ class Layers:
         wide = (set(self.profile["model"]) - set(self.profile_rows.get(row, {}).get("model", {}))
                 - set(sets.get("model", {})))
         # with_settings: a row or profile may name another model family (`model.family`, model/family.py)
-        model = with_settings(with_settings(get_preset(self.preset), **self.base["model"]), **own["model"])
-        train_cfg = TRAIN_PRESETS[self.preset].replace(**{**self.base["train"], **own["train"]})
+        model_preset, train_preset = preset(self.preset)
+        model = with_settings(with_settings(model_preset, **self.base["model"]), **own["model"])
+        train_cfg = train_preset.replace(**{**self.base["train"], **own["train"]})
         data = dataclasses.replace(DataConfig(), **{**self.base["data"], **own["data"]})
         # a profile's scale applies to the fields the row's family has (a rival has no d_ff, d_k or N)
         model = with_settings(model, **{k: scaled(getattr(model, k), f) for k, f in self.factors["model"].items()

@@ -13,7 +13,7 @@ from harness.train.checkpoint import (
                          save_checkpoint,
 )
 from harness.train.compile import training_loss
-from harness.train.config import COMPILE_MODES, TRAIN_PRESETS, TrainConfig, learning_rate
+from harness.train.config import COMPILE_MODES, TRAIN_PRESETS, TrainConfig, learning_rate, preset
 from harness.train.device import autocast_for, resolve_device
 from harness.train.finish import finish
 from harness.train.log import MetricsLog, Progress
@@ -22,5 +22,5 @@ from harness.train.stream import BatchStream
 
 __all__ = ["CHECKPOINT_VERSION", "COMPILE_MODES", "TRAIN_PRESETS", "BatchStream", "Checkpointer", "MetricsLog",
            "Progress", "StepHook", "TrainConfig", "autocast_for", "average_checkpoints",
-           "finish", "latest_readable_checkpoint", "learning_rate", "list_checkpoints",
+           "finish", "latest_readable_checkpoint", "learning_rate", "list_checkpoints", "preset",
            "load_checkpoint", "resolve_device", "save_checkpoint", "train", "train_step", "training_loss"]

@@ -13,6 +13,7 @@ from harness.eval.bleu import moses_version
 from harness.measure.registry import get as get_measurement
 from harness.measure.registry import measurements, setting_keys
 from harness.measure.registry import validate as validate_measurement
+from model import ModelConfig, get_preset
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,8 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
                             fused=True)   # one kernel per parameter, CPU and CUDA
 
 
-# Training settings that go with each model preset. cpu_d128: shrunk so that a run fits a CPU in minutes.
+# Training settings that go with each model preset (model/config.py PRESETS): one table of presets, read through
+# `preset`; tests/test_config.py checks that both name the same presets. cpu_d128: shrunk to fit a CPU in minutes.
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "paper_base": TrainConfig(),
     "paper_big": TrainConfig(steps=300_000),
@@ -247,3 +249,9 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     "cpu_d128": TrainConfig(steps=1500, warmup=300, max_tokens=4096, batch_tokens=4096, checkpoint_every=500,
                         checkpoint_minutes=0.0, log_every=50, bleu_sentences=500),
 }
+
+
+def preset(name: str) -> tuple[ModelConfig, TrainConfig]:
+    """A preset's model and the training settings that go with it; an unknown or renamed name is a ConfigError
+    naming the presets (model/config.py `get_preset`)."""
+    return get_preset(name), TRAIN_PRESETS[name]

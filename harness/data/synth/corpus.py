@@ -128,9 +128,10 @@ def synth_corpus_dir(cfg) -> Path:
     lexicon_seed = cfg.lexicon_seed
     lex = synth_config(cfg)
     scale = "" if cfg.lexicon_scale == 1.0 else f"-lex{cfg.lexicon_scale:g}"
-    if (cfg.max_depth, cfg.max_words) != (4, 70):     # the defaults keep their old cache names
+    grammar = SynthConfig()
+    if (cfg.max_depth, cfg.max_words) != (grammar.max_depth, grammar.max_len):   # the defaults keep their old names
         scale += f"-d{cfg.max_depth}-w{cfg.max_words}"
-    if cfg.target != "de":
+    if cfg.target != grammar.target:
         scale += f"-{cfg.target}"
     if lexicon_seed:                                  # the default lexicon keeps the old cache names
         scale += f"-L{lexicon_seed}"
