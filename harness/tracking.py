@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from harness.errors import UserError
+from harness.metrics import VIEW
 
 PARENT_KIND, CHILD_KIND = "study", "trial"
 RUN_POINTER = "mlflow_run.json"     # in a trial's run directory: its tracking URI and child run id
@@ -411,8 +412,7 @@ def study_wall_seconds(uri: str, parent_id: str) -> float | None:
     return sum(last.values())
 
 
-VIEW_METRICS = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "test_f1",
-                "test_f1_constrained", "test_well_formed", "exp_n_fwd", "exp_d_fwd", "params", "train_seconds")
+VIEW_METRICS = VIEW           # harness/metrics.py: the view's metric columns, in order
 VIEW_PARAMS = ("model.n_layers", "model.d_model", "model.d_ff", "model.n_heads", "model.p_drop", "probe.layer")
 
 

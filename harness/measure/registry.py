@@ -30,24 +30,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.errors import UserError
+from harness.metrics import Metric
 
 # The built-in measurements, one module each; loaded (and so registered) the first time the registry is read.
 # Their order is the order in which the hooks run and their settings are listed (the order the settings had as
 # TrainConfig fields); a report orders its sections by each measurement's `section_rank`.
+__all__ = ["BUILTIN", "Context", "Measurement", "Metric", "SectionContext", "register", "measurements"]
+
 BUILTIN = ("harness.measure.agreement", "harness.measure.curve_bleu", "harness.measure.source_attention",
            "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads")
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric a measurement logs (a family of them where `name` ends in `*`, e.g. `len_b*_ppl`)."""
-    name: str
-    better: str                 # higher | lower | "" (a count or a setting: no direction)
-    label: str                  # how a report names it
-    aggregate: str = "mean"     # over seeds: mean (a 95 % t-interval around it) | first (the same for every seed)
-    claim: str = ""             # the claims.yaml metric key it feeds ("" none)
-    transform: str | None = None  # the claim's transform: log (ln PPL) | fade (harness/report/shares.py) | None
-    claim_key: str = ""         # the MLflow metric (or prefix, for fade) the claim reads; default `name`
 
 
 @dataclass

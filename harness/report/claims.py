@@ -34,25 +34,14 @@ import pandas as pd
 
 from harness.io import load_yaml
 from harness.measure.registry import claim_metrics
+from harness.metrics import claim_metrics as core_claim_metrics
 from harness.report.shares import fade_per_run, positions
 
 CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
-# Metric name in claims.yaml -> (the final MLflow metric, transform). nll: ln(PPL), so that differences are
-# ratios of perplexity and seeds average on the scale the loss is trained on. The measurements' metrics
-# (harness/measure: agreement, source attention, length buckets, heads) join them from the registry: `metrics`.
-CORE_METRICS = {"ppl": ("dev_ppl", None), "nll": ("dev_ppl", "log"), "bleu": ("dev_bleu", None),
-                "bleu_tok": ("dev_bleu_tok", None), "f1": ("dev_f1", None), "test_f1": ("test_f1", None),
-                "test_bleu": ("test_bleu", None), "test_bleu_tok": ("test_bleu_tok", None),
-                "test_bleu_tok_lc": ("test_bleu_tok_lc", None),     # Multi30K's literature: lowercased, tokenized
-                "test_nll": ("test_ppl", "log"), "test_ppl": ("test_ppl", None),
-                # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at
-                # the largest n, measured and by the layer's construction, and path lengths at the largest path n,
-                # measured from gradients and by the paper's formula.
-                "exp_n": ("exp_n_fwd", None), "exp_d": ("exp_d_fwd", None), "seq_ops": ("seq_ops_measured", None),
-                "seq_ops_formula": ("seq_ops_by_construction", None), "path": ("path_measured_max_n", None),
-                "path_formula": ("path_formula_max_n", None),
-                # Table 2's rivals: the training cost counted (FLOPs)
-                "train_flops": ("train_flops", None)}
+# Metric name in claims.yaml -> (the final MLflow metric, transform), from harness/metrics.py's table and the
+# measurements' (harness/measure: agreement, source attention, length buckets, heads). nll: ln(PPL), so that
+# differences are ratios of perplexity and seeds average on the scale the loss is trained on.
+CORE_METRICS = core_claim_metrics()
 
 
 def metrics() -> dict[str, tuple[str, str | None]]:

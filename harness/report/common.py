@@ -25,12 +25,14 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.measure.registry import SectionContext, by_section_rank
+from harness.metrics import claim_metrics
 from harness.report import claims
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
 
 # Our metric name -> the final metric logged by the trial.
-METRICS = {"ppl": "dev_ppl", "bleu": "dev_bleu", "bleu_tok": "dev_bleu_tok"}
+# The dev figures every rows table shows, by their claims.yaml keys (harness/metrics.py)
+METRICS = {key: claim_metrics()[key][0] for key in ("ppl", "bleu", "bleu_tok")}
 # Params that differ between seeds, never between rows: not a row's "change" against the base.
 _PER_SEED = {"train.seed", "data.seed"}
 _PROVENANCE = "**Provenance:**"   # the line the index copies from each report

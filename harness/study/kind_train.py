@@ -17,6 +17,7 @@ from harness import overrides
 from harness.data.corpus import DataConfig, prepare_data
 from harness.errors import UserError
 from harness.io import atomic_write
+from harness.metrics import label
 from harness.study.estimate import (
     ASSUMED_SENTENCE_LEN,
     Timing,
@@ -210,10 +211,9 @@ def prepare(trials: list[Trial]) -> None:
 
 
 def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
-    quality = [("F1", "dev_f1"), ("test F1", "test_f1")] if any("dev_f1" in m for m in metrics) else \
-        [("BLEU", "dev_bleu"), ("BLEU tok", "dev_bleu_tok")]
-    test = [("test BLEU", "test_bleu")] if any("test_bleu" in m for m in metrics) else []
-    return [("dev PPL", "dev_ppl"), *quality, *test]
+    quality = ["dev_f1", "test_f1"] if any("dev_f1" in m for m in metrics) else ["dev_bleu", "dev_bleu_tok"]
+    test = ["test_bleu"] if any("test_bleu" in m for m in metrics) else []
+    return [(label(name), name) for name in ("dev_ppl", *quality, *test)]
 
 
 # --- the trial ---

@@ -1,0 +1,66 @@
+"""The metrics a run logs that tables, views and claims read, each said once: its MLflow name, its direction, how
+a table names it, and the claims.yaml keys that read it. The measurements' own metrics are declared the same way
+in their modules (harness/measure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric a run logs (a family of them where `name` ends in `*`, e.g. `len_b*_ppl`)."""
+    name: str
+    better: str                 # higher | lower | "" (a count, a cost or a setting: no direction)
+    label: str                  # how a table names it
+    aggregate: str = "mean"     # over seeds: mean (a 95 % t-interval around it) | first (the same for every seed)
+    claim: str = ""             # the claims.yaml metric key it feeds ("" none)
+    transform: str | None = None  # the claim's transform: log (ln PPL) | fade (harness/report/shares.py) | None
+    claim_key: str = ""         # the MLflow metric (or prefix, for fade) the claim reads; default `name`
+
+
+# A metric appears once per claim key that reads it (dev_ppl: as PPL and as ln PPL).
+CORE: tuple[Metric, ...] = (
+    Metric("dev_ppl", "lower", "dev PPL", claim="ppl"),
+    Metric("dev_ppl", "lower", "dev ln PPL", claim="nll", transform="log"),
+    Metric("dev_bleu", "higher", "BLEU", claim="bleu"),
+    Metric("dev_bleu_tok", "higher", "BLEU tok", claim="bleu_tok"),
+    Metric("dev_f1", "higher", "F1", claim="f1"),
+    Metric("test_f1", "higher", "test F1", claim="test_f1"),
+    Metric("test_f1_constrained", "higher", "test F1 constrained"),
+    Metric("test_well_formed", "higher", "test well-formed"),
+    Metric("test_bleu", "higher", "test BLEU", claim="test_bleu"),
+    Metric("test_bleu_tok", "higher", "test BLEU tok", claim="test_bleu_tok"),
+    # Multi30K's literature: lowercased, tokenized
+    Metric("test_bleu_tok_lc", "higher", "test BLEU tok lc", claim="test_bleu_tok_lc"),
+    Metric("test_ppl", "lower", "test PPL", claim="test_ppl"),
+    Metric("test_ppl", "lower", "test ln PPL", claim="test_nll", transform="log"),
+    # Table 1's probes: fitted exponents of the forward time in n and in d, sequential operations at the largest n,
+    # measured and by the layer's construction, and path lengths at the largest path n, measured from gradients and
+    # by the paper's formula.
+    Metric("exp_n_fwd", "", "exponent in n", claim="exp_n"),
+    Metric("exp_d_fwd", "", "exponent in d", claim="exp_d"),
+    Metric("seq_ops_measured", "lower", "sequential operations", claim="seq_ops"),
+    Metric("seq_ops_by_construction", "lower", "sequential operations (construction)", claim="seq_ops_formula"),
+    Metric("path_measured_max_n", "lower", "path length", claim="path"),
+    Metric("path_formula_max_n", "lower", "path length (formula)", claim="path_formula"),
+    # Table 2: the training cost counted
+    Metric("train_flops", "lower", "training FLOPs", claim="train_flops"),
+    Metric("params", "", "parameters"),
+    Metric("train_seconds", "lower", "training seconds"),
+)
+
+# The runs table of a study's MLflow view (tracking.share_view) and each row's key figure on the parent run: the
+# first of these a trial logged.
+VIEW = ("dev_ppl", "dev_bleu", "dev_bleu_tok", "test_bleu", "test_bleu_tok", "test_f1", "test_f1_constrained",
+        "test_well_formed", "exp_n_fwd", "exp_d_fwd", "params", "train_seconds")
+
+
+def claim_metrics() -> dict[str, tuple[str, str | None]]:
+    """{claims.yaml key: (the MLflow metric it reads, transform)} of the core metrics."""
+    return {m.claim: (m.claim_key or m.name, m.transform) for m in CORE if m.claim}
+
+
+def label(name: str) -> str:
+    """How a table names a core metric (the first entry of that name)."""
+    return next(m.label for m in CORE if m.name == name)
