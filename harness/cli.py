@@ -526,9 +526,7 @@ def _study_path(name: str) -> Path:
 
 def _cmd_list(args) -> int:
     """What the harness holds, one line each: studies, a study's profiles or rows, claims, --set settings."""
-    import dataclasses
 
-    from harness import overrides
     from harness.io import load_yaml
     from harness.study.kinds import load_study
     what = args.what
@@ -562,15 +560,48 @@ def _cmd_list(args) -> int:
             against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
             print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {c.expect}{bound}")
     else:
-        for section in overrides.SECTIONS:
-            if args.study and args.study != section:
-                continue
-            cls = overrides.SECTIONS[section]
-            defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
-            for name, hint in overrides._fields(cls).items():
-                shown = getattr(hint, "__name__", str(hint).replace("typing.", ""))
-                default = f" (default {defaults[name]!r})" if name in defaults else ""
-                print(f"{section}.{name:<28} {shown}{default}")
+        _print_settings(args.study)
+    return 0
+
+
+def _print_settings(section: str | None = None) -> None:
+    """Every --set key (or one section's) with its type, default and one line of help, by whose setting it is:
+    each model family, the training, each measurement, the data."""
+    from harness import overrides
+    if section is not None and section not in overrides.SECTIONS:
+        raise UserError(f"settings {section!r}: give a section, one of {', '.join(overrides.SECTIONS)}.")
+    owner = None
+    for key, kind, default, doc, whose in overrides.catalogue():
+        if section and not key.startswith(section + "."):
+            continue
+        if whose != owner:
+            print(f"{'' if owner is None else chr(10)}# {whose}")
+            owner = whose
+        print(f"{key:<34} {kind:<12} {default:<14} {doc}".rstrip())
+
+
+def _cmd_settings(args) -> int:
+    _print_settings(args.section)
+    return 0
+
+
+def _cmd_show(args) -> int:
+    """`show STUDY ROW`: the row's resolved settings, each with where it came from."""
+    from harness import overrides
+    from harness.study.kinds import KINDS
+    from harness.study.spec import Selection, read_study_file
+    file = read_study_file(_study_path(args.study), KINDS)
+    kind = KINDS[file.head["kind"]]
+    if kind.explain is None:
+        raise UserError(f"{args.study} is a {kind.name} study: its rows are probe settings, which `python -m harness "
+                        f"run {args.study} --dry-run` lists; `show` explains training rows.")
+    sets = {sec: v for sec, v in overrides.parse_sets(args.set).items() if v}
+    seeds = [args.seed] if args.seed is not None else None
+    settings = kind.explain(file, Selection(args.profile, None, seeds, sets), args.row)
+    print(f"{file.head['name']} row {args.row}{f', profile {args.profile}' if args.profile else ''}: each setting "
+          "and where it came from (preset < base < row < profile scale < profile < profile row < --set)")
+    for key, value, source in settings:
+        print(f"{key:<34} {json.dumps(value):<22} {source}")
     return 0
 
 
@@ -583,6 +614,18 @@ def _add_list(sub) -> None:
                     help="the study (a name such as table3, or a file); for settings, the section")
     ls.add_argument("--profile", default=None, help="with rows: the profile (the study's default when left out)")
     ls.set_defaults(func=_cmd_list)
+    st = sub.add_parser("settings", help="every --set key: its type, default and one line of help, for each model "
+                                         "family, the training, each measurement and the data")
+    st.add_argument("section", nargs="?", default=None, help="one section: model, train or data")
+    st.set_defaults(func=_cmd_settings)
+    sh = sub.add_parser("show", help="a study row's resolved settings, each with where it came from")
+    sh.add_argument("study", help="the study (a name such as table3, or a file)")
+    sh.add_argument("row", help="the row, e.g. base or A1")
+    sh.add_argument("--profile", default=None, help="the profile (the study's default when left out)")
+    sh.add_argument("--seed", type=int, default=None, help="the seed (the profile's first when left out)")
+    sh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="lay a setting over the row, as `run --set` does")
+    sh.set_defaults(func=_cmd_show)
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):

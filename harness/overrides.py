@@ -118,3 +118,52 @@ def apply(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, sets: dict[st
     train_cfg.validate()
     data_cfg = dataclasses.replace(data_cfg, **sets.get("data", {}))
     return model_cfg, train_cfg, data_cfg
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's one line of help: the comment on its line in the class's source (or on the line above)."""
+    import inspect
+    import re
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    out, above, in_block = {}, "", False
+    for line in lines:
+        m = re.match(r"^\s+([a-z_][a-z_0-9]*)\s*:\s*[^=#]+(?:=[^#]*)?(?:#\s*(.*))?$", line)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = (m.group(2) or above).strip()
+        comment = re.match(r"^\s+#\s*(.*)$", line)
+        if comment:                    # a comment block above a field: its first line
+            above, in_block = (above if in_block else comment.group(1)), True
+        else:
+            above, in_block = "", False
+    return out
+
+
+def catalogue() -> list[tuple[str, str, str, str, str]]:
+    """Every `--set` key, for each model family, the training settings, each measurement and the data: (key, type,
+    default, one line of help, whose setting it is)."""
+    from harness.measure.registry import measurements
+    from model.family import FAMILIES
+
+    def rows(cls, section: str, owner: str, keys: dict[str, str] | None = None):
+        hints, helps = typing.get_type_hints(cls), field_comments(cls)
+        for f in dataclasses.fields(cls):
+            if f.name == "measures" or f.name.isupper():
+                continue
+            default = "(derived)" if f.default is None and f.name in ("d_k", "d_v", "n_kv_heads", "n_enc_layers",
+                                                                      "n_dec_layers") else \
+                repr(f.default) if f.default is not dataclasses.MISSING else "…"
+            hint = hints[f.name]
+            shown = getattr(hint, "__name__", str(hint).replace("typing.", ""))
+            yield (f"{section}.{(keys or {}).get(f.name, f.name)}", shown, default, helps.get(f.name, ""), owner)
+
+    out = []
+    for name, family in FAMILIES.items():
+        out += rows(family.config, "model", f"model family {name}")
+    out += rows(TrainConfig, "train", "training")
+    for m in measurements():
+        out += rows(m.settings, "train", f"measurement {m.name}", {v: k for k, v in m.keys().items()})
+    out += rows(DataConfig, "data", "data")
+    return out

@@ -232,7 +232,7 @@ def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
     assert code == 0 and out.split() == ["transformer_tiny_reaches_published", "transformer_tiny",
                                          'test_bleu_tok_lc:', '"tiny"', "above", "above", "41"]
     code, out, _ = run(capsys, "list", "settings", "train")
-    assert code == 0 and "train.patience" in out and "train.lr_scale                     float (default 1.0)" in out
+    assert code == 0 and "train.patience" in out and "train.lr_scale                     float        1.0 " in out
     code, out, _ = run(capsys, "list", "settings")
     assert "model.n_heads" in out and "data.name" in out
     # a study that does not exist, or none where one is needed: one sentence
@@ -251,3 +251,31 @@ def test_version_and_defaults_in_help(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: cpu_d128)" in text and "(default: synth)" in text
     assert "(default: None)" not in text and "(default: tiny when it has one)" in text
+
+
+def test_show_names_where_each_setting_of_a_row_came_from(capsys):
+    code, out, _ = run(capsys, "show", "table3", "A1", "--profile", "tiny", "--set", "train.steps=50")
+    assert code == 0
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert lines["model.n_heads"].split()[1:] == ["1", "row"]                   # A1's own setting
+    assert lines["model.d_k"].endswith("row x0.125 (profile scale)")           # the row's 512, scaled
+    assert lines["model.n_kv_heads"].endswith("derived")                       # follows n_heads
+    assert lines["model.p_drop"].endswith("preset paper_base")
+    assert lines["train.steps"].split()[1:] == ["50", "--set"]
+    assert lines["train.seed"].endswith("the trial's seed") and lines["data.train_pairs"].endswith("profile")
+    code, _, err = run(capsys, "show", "table1", "sdpa")
+    assert code == 2 and "scaling study" in err and len(err.strip().splitlines()) == 1
+
+
+def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):
+    code, out, _ = run(capsys, "settings")
+    assert code == 0
+    owners = [ln[2:] for ln in out.splitlines() if ln.startswith("# ")]
+    assert {"model family transformer", "model family rnn", "training", "measurement heads", "data"} <= set(owners)
+    steps = next(ln for ln in out.splitlines() if ln.startswith("train.steps "))
+    assert steps.split()[1:3] == ["int", "100000"] and "§5.2" in steps
+    heads = next(ln for ln in out.splitlines() if ln.startswith("train.heads_sentences "))
+    assert "dev sentences probed" in heads
+    code, out, _ = run(capsys, "settings", "data")
+    assert code == 0 and all(ln.startswith(("data.", "#")) for ln in out.splitlines() if ln.strip())
+    assert run(capsys, "settings", "modle")[0] == 2

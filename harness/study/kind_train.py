@@ -96,6 +96,37 @@ class Layers:
                      data=dataclasses.replace(data, **last["data"]))
 
 
+    def sources(self, row: str, trial: Trial, sets: dict[str, dict]) -> list[tuple[str, object, str]]:
+        """Each resolved setting of the row's trial as (section.key, value, where it came from): the preset (or
+        the family's or the data's default), the base, the row, the profile's scale, the profile, the profile's
+        settings of this row, `--set`, the trial's seed, or `derived` (a field that follows others, e.g. d_k)."""
+        model_preset, train_preset = preset(self.preset)
+        start = {"model": to_dict(model_preset), "train": train_preset.to_dict(),
+                 "data": dataclasses.asdict(DataConfig())}
+        final = {"model": to_dict(trial.model), "train": trial.train.to_dict(),
+                 "data": dataclasses.asdict(trial.data)}
+        steps = [("base", self.base), ("row", self.rows[row]),
+                 *((f"profile scale x{f:g}", {sec: {k: f}}) for sec in SECTIONS for k, f in self.factors[sec].items()),
+                 ("profile", self.profile), ("profile row", self.profile_rows.get(row, {})), ("--set", sets)]
+        out = []
+        for sec in SECTIONS:
+            for key, value in final[sec].items():
+                src = ("data default" if sec == "data" else f"preset {self.preset}") if key in start[sec] \
+                    else "family default"
+                touched = False
+                for name, layer in steps:
+                    if key in layer.get(sec, {}):   # a scale multiplies what the layers before it set
+                        src = f"{src} {name[len('profile scale '):]} (profile scale)" \
+                            if name.startswith("profile scale") else name
+                        touched = True
+                if sec == "train" and key == "seed":
+                    src = "the trial's seed"
+                elif not touched and key in start[sec] and start[sec][key] != value:
+                    src = "derived"
+                out.append((f"{sec}.{key}", value, src))
+        return out
+
+
 def _read_layers(chk: Checker, raw: dict, prof: dict, where: str, all_rows: dict) -> Layers:
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", BASE_KEYS)
@@ -161,6 +192,14 @@ def load(file: StudyFile, sel: Selection) -> Study:
         chk.fail(f"{where}.departure_notes", "must be a list of sentences (departures no setting shows)")
     return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
                  trials=trials, departure_notes=[" ".join(n.split()) for n in notes])
+
+
+def explain(file: StudyFile, sel: Selection, row: str) -> list[tuple[str, object, str]]:
+    """`show STUDY ROW`: the row's resolved settings (its first seed's trial), each with where it came from."""
+    study = load(file, dataclasses.replace(sel, rows=[row]))     # checks the file, the profile and the row
+    profile, prof = pick_profile(file.chk, file.raw, sel.profile)
+    layers = _read_layers(file.chk, file.raw, prof, f"profiles.{profile}", checked_rows(file))
+    return layers.sources(row, study.trials[0], sel.sets)
 
 
 # --- the driver's side: dry run, data, summary ---

@@ -38,13 +38,14 @@ class StudyKind:
     run: Callable[..., tuple[dict, str]]
     probe_type: type | None
     smoke: Callable[[Trial, Path], tuple[Trial, dict]]
+    explain: Callable | None = None       # `show STUDY ROW`: (file, selection, row) -> [(key, value, source)]
 
     @classmethod
     def of(cls, name: str, module: ModuleType) -> "StudyKind":
         """The kind a module defines (its functions of the names above)."""
         return cls(name, *(getattr(module, f) for f in ("load", "print_trials", "prepare", "estimated_flops",
                                                          "summary_columns", "params", "run", "probe_type",
-                                                         "smoke")))
+                                                         "smoke")), explain=getattr(module, "explain", None))
 
 
 KINDS = {
