@@ -9,6 +9,7 @@ import dataclasses
 import re
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
@@ -21,6 +22,18 @@ from model import ConfigError, with_settings
 from model.family import field_types
 
 SECTIONS: dict[str, type | None] = {"model": None, "train": TrainConfig, "data": DataConfig}   # model: every family's
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each trial of a study takes (a study file's `resources:`), settable with `run --set resources.KEY=V`."""
+    cpu: float = 1         # CPUs per worker
+    gpu: float = 0         # GPUs per worker (a fraction shares one)
+    workers: int = 1       # data-parallel workers of a trial (Ray Train)
+
+
+# `run` takes a study's resources too (`--set resources.gpu=8`); `train` and `bench` take the configs only.
+RUN_SECTIONS: dict[str, type | None] = {**SECTIONS, "resources": Resources}
 
 
 def _fields(cls: type | None) -> dict[str, Any]:
@@ -66,16 +79,18 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def resolve_key(key: str) -> tuple[str, str]:
+def resolve_key(key: str, sections: dict[str, type | None] = SECTIONS) -> tuple[str, str]:
     """'d_model' -> ('model', 'd_model'); 'train.seed' -> ('train', 'seed'). Ambiguous bare keys are refused."""
     if "." in key:
         section, name = key.split(".", 1)
-        if section not in SECTIONS:
-            raise UserError(f"unknown setting section {section!r} in {key!r}; use one of {', '.join(SECTIONS)}.")
-        if name not in _fields(SECTIONS[section]):
-            hint = suggest(name, _fields(SECTIONS[section]), prefix=f"{section}.")
+        if section not in sections:
+            only = " (resources.* are a study's: `run --set`)" if section == "resources" else ""
+            raise UserError(f"unknown setting section {section!r} in {key!r}{only}; use one of "
+                            f"{', '.join(sections)}.")
+        if name not in _fields(sections[section]):
+            hint = suggest(name, _fields(sections[section]), prefix=f"{section}.")
             raise UserError(f"unknown setting {key!r}{hint}; {section} settings are: "
-                            f"{', '.join(_fields(SECTIONS[section]))}.")
+                            f"{', '.join(_fields(sections[section]))}.")
         return section, name
     owners = [s for s, cls in SECTIONS.items() if key in _fields(cls)]
     if len(owners) > 1:
@@ -87,19 +102,20 @@ def resolve_key(key: str) -> tuple[str, str]:
     return owners[0], key
 
 
-def parse_sets(pairs: list[str]) -> dict[str, dict[str, Any]]:
-    """['d_model=256', 'train.steps=10'] -> {'model': {'d_model': 256}, 'train': {'steps': 10}, 'data': {}}."""
-    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+def parse_sets(pairs: list[str], sections: dict[str, type | None] = SECTIONS) -> dict[str, dict[str, Any]]:
+    """['d_model=256', 'train.steps=10'] -> {'model': {'d_model': 256}, 'train': {'steps': 10}, 'data': {}};
+    sections=RUN_SECTIONS takes `resources.KEY=V` too."""
+    out: dict[str, dict[str, Any]] = {s: {} for s in sections}
     for pair in pairs:
         if "=" not in pair:
             raise UserError(f"--set {pair!r} is not of the form key=value (e.g. --set d_model=256).")
         key, raw = pair.split("=", 1)
-        section, name = resolve_key(key.strip())
+        section, name = resolve_key(key.strip(), sections)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        out[section][name] = check_value(key.strip(), value, section, name)
+        out[section][name] = _check_type(key.strip(), value, _fields(sections[section])[name])
     return out
 
 

@@ -660,7 +660,7 @@ def test_a_study_request_from_python_is_what_the_cli_asks_for(tmp_path, capsys):
     assert run_study(req) == 0
     out = capsys.readouterr().out
     assert "2 trials (1 rows, seeds 0,3)" in out
-    assert req.parsed_sets() == {"model": {"d_model": 64}, "train": {"steps": 7}, "data": {}}
+    assert req.parsed_sets() == {"model": {"d_model": 64}, "train": {"steps": 7}, "data": {}, "resources": {}}
     assert req.command_line() == (f"python -m harness run {study} --rows A1 --seeds 0,3 --set train.steps=7 "
                                   "--set d_model=64")
     assert StudyRequest(study, sets=["train.steps=7"]).parsed_sets()["train"] == {"steps": 7}
@@ -686,3 +686,20 @@ def test_a_study_runs_from_python_and_lands_in_mlflow(tmp_path, monkeypatch):
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
     assert parent.data.tags["command"] == f"python -m harness run {study} --rows base --quiet"
     assert [r.data.tags["row"] for r in runs if r.data.tags.get("kind") == "trial"] == ["base"]
+
+
+def test_run_set_takes_a_studys_resources_and_train_refuses_them(tmp_path, capsys):
+    """`run --set resources.gpu=8` (and workers, cpu): a GPU user need not edit the study file; the trials' hashes
+    stay the same (resources are not settings of a trial); `train` has no resources and says so."""
+    from harness import overrides
+    sets = overrides.parse_sets(["resources.gpu=0.5", "resources.workers=2", "train.steps=7"], overrides.RUN_SECTIONS)
+    study = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets=sets)
+    plain = load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0], sets={"train": {"steps": 7}})
+    assert study.resources == {"cpu": 1, "gpu": 0.5, "workers": 2}
+    assert study.trials[0].config_hash == plain.trials[0].config_hash
+    with pytest.raises(UserError, match="resources.workers"):
+        load_study(ROOT / "studies" / "table3.yaml", "tiny", ["base"], [0],
+                   sets=overrides.parse_sets(["resources.workers=0"], overrides.RUN_SECTIONS))
+    assert main(["train", "--set", "resources.gpu=1", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "resources.* are a study's" in err and not (tmp_path / "x").exists()

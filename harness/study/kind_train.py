@@ -171,7 +171,7 @@ def load(file: StudyFile, sel: Selection) -> Study:
     if "seed" in sel.sets.get("train", {}):
         raise UserError("--set train.seed is not accepted by `run`: choose the trials' seeds with --seeds, e.g. "
                         "--seeds 0,1,2.")
-    needs, requires = resources(chk, raw, prof, where)
+    needs, requires = resources(chk, raw, prof, where, sel.sets.get("resources"))
     chosen = pick_rows(file.path, all_rows, sel.rows) if sel.rows else runs_rows
     for r in chosen:
         if r not in runs_rows:

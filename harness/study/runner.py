@@ -229,8 +229,9 @@ class StudyRequest:
         """`sets` by section, typed (overrides.parse_sets)."""
         if isinstance(self.sets, Mapping):
             return overrides.parse_sets([f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
-                                         for k, v in self.sets.items()])
-        return overrides.parse_sets([self.sets] if isinstance(self.sets, str) else list(self.sets))
+                                         for k, v in self.sets.items()], overrides.RUN_SECTIONS)
+        return overrides.parse_sets([self.sets] if isinstance(self.sets, str) else list(self.sets),
+                                    overrides.RUN_SECTIONS)
 
     def command_line(self) -> str:
         """The command that makes this request, for the parent run's provenance."""

@@ -15,6 +15,7 @@ Everything wrong is refused here with the file, the key and what is allowed (Use
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +37,7 @@ PROFILE_KEYS = {"description", "include", "preset", "scale", "model", "train", "
                 "seeds", "row_seeds", "base", "rows", "only_rows", "skip_rows", "departure_notes"}
 PROBE_BASE_KEYS = {"probe"}
 PROBE_PROFILE_KEYS = {"description", "probe", "resources", "requires"}
-RESOURCE_KEYS = {"cpu", "gpu", "workers"}   # cpu and gpu per worker; workers: data-parallel ranks
+RESOURCE_KEYS = {f.name for f in dataclasses.fields(overrides.Resources)}   # cpu, gpu per worker; workers
 REQUIRE_KEYS = {"gpu", "data"}
 
 
@@ -311,9 +312,11 @@ def pick_rows(path: Path, all_rows: dict, rows: list[str] | None) -> list[str]:
     return chosen
 
 
-def resources(chk: Checker, raw: dict, prof: dict, where: str) -> tuple[dict, dict]:
-    resources = {"cpu": 1, "gpu": 0, "workers": 1, **chk.mapping(raw.get("resources"), "resources"),
-                 **chk.mapping(prof.get("resources"), f"{where}.resources")}
+def resources(chk: Checker, raw: dict, prof: dict, where: str, sets: dict | None = None) -> tuple[dict, dict]:
+    """What each trial takes: the defaults (overrides.Resources), the study's `resources:`, the profile's, then
+    `run --set resources.KEY=V`; and what the profile requires."""
+    resources = {**dataclasses.asdict(overrides.Resources()), **chk.mapping(raw.get("resources"), "resources"),
+                 **chk.mapping(prof.get("resources"), f"{where}.resources"), **(sets or {})}
     chk.keys(resources, "resources", RESOURCE_KEYS)
     for key, value in resources.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -345,9 +348,9 @@ def probe_layers(file: StudyFile, sel: Selection, settings: Callable[[Checker, d
     `--set` (such a study has no model, train or data settings) and more than one worker (a probe times one
     process)."""
     chk, raw, kind = file.chk, file.raw, file.head["kind"]
-    if sel.sets:
+    if any(v for sec, v in sel.sets.items() if sec != "resources"):
         raise UserError(f"--set changes model, train and data settings, and {file.path} is a {kind} study without "
-                        "them; change its probe settings in the study file instead.")
+                        "them; change its probe settings in the study file instead (resources.* it takes).")
     base = chk.mapping(raw["base"], "base")
     chk.keys(base, "base", {"probe"})
     base_probe = settings(chk, chk.mapping(base.get("probe"), "base.probe"), "base.probe")
@@ -357,7 +360,7 @@ def probe_layers(file: StudyFile, sel: Selection, settings: Callable[[Checker, d
     where = f"profiles.{profile}"
     chk.keys(prof, where, {"description", "probe", "resources", "requires"})
     prof_probe = settings(chk, chk.mapping(prof.get("probe"), f"{where}.probe"), f"{where}.probe")
-    needs, requires = resources(chk, raw, prof, where)
+    needs, requires = resources(chk, raw, prof, where, sel.sets.get("resources"))
     if needs["workers"] != 1:
         chk.fail("resources.workers", f"must be 1 for a {kind} study: its probe times one process.")
     return ProbeLayers(profile, base_probe, rows, prof_probe, needs, requires, pick_rows(file.path, all_rows, sel.rows),
