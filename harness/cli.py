@@ -207,7 +207,7 @@ def _cmd_run(args) -> int:
 def _cmd_report(args) -> int:
     from harness.report.writers import report_all
     paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile,
-                       variant=args.name, replace=args.replace)
+                       variant=args.name, replace=args.replace, force=args.force, say=print)
     for p in paths:
         print(p)
     return 0
@@ -392,6 +392,9 @@ def _add_report(sub) -> None:
     rep.add_argument("--replace", action="store_true",
                      help="write over a report another invocation made (without it, such a report is left as it is "
                           "and the command stops, writing nothing)")
+    rep.add_argument("--force", action="store_true",
+                     help="replace a report even where it rests on more trials or seeds than this invocation "
+                          "(implies --replace)")
     rep.set_defaults(func=_cmd_report)
 
 

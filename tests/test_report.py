@@ -326,3 +326,34 @@ def test_report_does_not_replace_another_invocations_report_without_being_asked(
         assert (out / "table3.md").read_text() != first
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
+
+
+def test_report_refuses_to_replace_a_fuller_report_and_says_what_changed(tmp_path, capsys):
+    """A newer invocation with one seed a row and a row fewer: even with --replace, `report` refuses in one sentence
+    naming --force and writes nothing; --force writes it and says what it lost; a fuller one says what it gained."""
+    from harness.cli import main
+    from harness.report.evidence import read_evidence
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    log_study(client, "table3", TABLE3, "base,A1,C4,D1")
+    out = tmp_path / "reports"
+    report_all(out, uri, studies=["table3"])
+    first = (out / "table3.md").read_text()
+    assert read_evidence(first).seeds == {"base": 2, "A1": 2, "C4": 2, "D1": 0}
+    fewer = [t for t in TABLE3 if t[1] == 0 and t[0] != "A1"]
+    log_study(client, "table3", fewer, "base,C4,D1", t0=1_900_000_000_000)
+    import os
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        code = main(["report", "--study", "table3", "--out", str(out), "--replace"])
+        said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+        assert code == 2 and len(said) == 1 and "--force" in said[0] and "rests on 9 trials" in said[0]
+        assert (out / "table3.md").read_text() == first           # nothing written
+        assert main(["report", "--study", "table3", "--out", str(out), "--force"]) == 0
+        told = capsys.readouterr().out
+        assert "rows lost: A1" in told and "finished seeds: base 2 -> 1" in told and "trials 9 -> 3" in told
+        log_study(client, "table3", TABLE3, "base,A1,C4,D1", t0=2_000_000_000_000)      # three seeds again
+        assert main(["report", "--study", "table3", "--out", str(out), "--replace"]) == 0
+        assert "rows gained: A1" in capsys.readouterr().out
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]

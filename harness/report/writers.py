@@ -20,6 +20,7 @@ from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, table1, table2, table3, table4
 from harness.report.common import _PROVENANCE, declared_table, load_results, report_folder
+from harness.report.evidence import Evidence, changes, holds_less, read_evidence
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
@@ -81,22 +82,58 @@ def _replaces_another(study: str, index_dir: Path, results: dict) -> str | None:
             f"{len(results['runs'])} trials); write this one elsewhere with --out DIR, or replace it with --replace.")
 
 
+def _evidence_of(results: dict) -> Evidence:
+    """The trials and each row's finished seeds that a report of these results will show."""
+    runs, tags = results["runs"], results["parent"]["tags"]
+    rows = runs.groupby(runs["tags.row"].astype(str)) if len(runs) else []
+    seeds = {str(row): int((g["status"] == "FINISHED").sum()) for row, g in rows}
+    trials = tags.get("n_trials")
+    return Evidence(int(trials) if str(trials or "").isdigit() else len(runs), seeds)
+
+
+def _holds_less(study: str, index_dir: Path, results: dict) -> str | None:
+    """The sentence refusing to replace a report made from more trials or seeds than these results hold (None:
+    they hold as much)."""
+    md = index_dir / report_folder(results["parent"]) / f"{study}.md"
+    if not md.is_file():
+        return None
+    text = md.read_text(encoding="utf-8")
+    same = _PARENT_RUN.search(text)
+    if same is not None and same.group(1) == results["parent"]["run_id"]:
+        return None                     # this invocation's own report, written again
+    old, new = read_evidence(text), _evidence_of(results)
+    if not old.seeds and old.trials is None or not holds_less(old, new):
+        return None
+    return (f"{md} rests on {old.trials} trials ({old.finished} finished seeds over {len(old.seeds)} rows) and this "
+            f"invocation on {new.trials} ({new.finished} over {len(new.seeds)}); write it elsewhere with --out DIR, "
+            "or replace the fuller report anyway with --force.")
+
+
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
-                 profile: str | None = None, variant: str = "", replace: bool = True) -> list[Path]:
+                 profile: str | None = None, variant: str = "", replace: bool = True, force: bool = False,
+                 say: Callable[[str], None] | None = None) -> list[Path]:
     """Write <study>.md, <study>.csv, its PNGs and the refreshed README.md index; return their paths. The
     latest unnamed invocation, or the latest of name `variant` (`run --name`). replace False: refuse (UserError)
-    to write over a report that another invocation made."""
+    to write over a report that another invocation made; force False: refuse to replace a report that rests on
+    more trials or seeds. say: told what changed against the report replaced (rows, seeds, verdicts)."""
     uri = uri or tracking.tracking_uri()
     results = load_results(study, uri, profile, variant)
     writer = writer_for(results["parent"], study)
     index_dir = Path(out_dir)
-    refusal = None if replace else _replaces_another(study, index_dir, results)
+    refusal = (None if replace or force else _replaces_another(study, index_dir, results)) or \
+        (None if force else _holds_less(study, index_dir, results))
     if refusal:
         raise UserError(refusal)
     out_dir = index_dir / report_folder(results["parent"])
     out_dir.mkdir(parents=True, exist_ok=True)
+    before = out_dir / f"{study}.md"
+    old = read_evidence(before.read_text(encoding="utf-8")) if before.is_file() else None
     files = writer(study, results, uri, out_dir)
     md, csv = files[0], files[1]
+    if say is not None and old is not None:
+        changed = changes(old, read_evidence(md.read_text(encoding="utf-8")))
+        say(f"{md}: " + ("; ".join(changed) if changed else "the same rows, seeds and verdicts as the report it "
+                                                          "replaced"))
     # The same report on the study's parent run, so that the MLflow UI shows what the study reproduced.
     tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
                             pd.read_csv(csv))
@@ -104,12 +141,13 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
 
 
 def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
-               profile: str | None = None, variant: str | None = None, replace: bool = False) -> list[Path]:
+               profile: str | None = None, variant: str | None = None, replace: bool = False, force: bool = False,
+               say: Callable[[str], None] | None = None) -> list[Path]:
     """Reports for several studies (default: every study in the store), each of its latest unnamed
     invocation and of its latest invocation of every name (`run --name`; only `variant` where given);
     studies with no runs (of this profile) are skipped, and nothing at all to report is an error. Without
-    `replace`, a report that another invocation made is not written over: every report is checked first, so a
-    refusal writes nothing."""
+    `replace`, a report that another invocation made is not written over, and without `force` neither is one that
+    rests on more trials or seeds: every report is checked first, so a refusal writes nothing."""
     uri = uri or tracking.tracking_uri()
     tracking.require_store(uri)
     if studies is None:
@@ -123,13 +161,14 @@ def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies:
                 if not str(err).startswith(("no runs of", "the latest run of")):
                     raise
                 continue
-            refusal = None if replace else _replaces_another(study, Path(out_dir), results)
+            refusal = (None if replace or force else _replaces_another(study, Path(out_dir), results)) or \
+                (None if force else _holds_less(study, Path(out_dir), results))
             if refusal:
                 raise UserError(refusal)
             todo.append((study, name))
     paths: list[Path] = []
     for study, name in todo:
-        paths += write_report(study, out_dir, uri, profile, name)
+        paths += write_report(study, out_dir, uri, profile, name, replace=True, force=True, say=say)
     if not paths:
         raise UserError(f"no study in {uri} has runs{f' with profile {profile}' if profile else ''}"
                         f"{f' named {variant}' if variant else ''}; "

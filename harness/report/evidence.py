@@ -1,0 +1,81 @@
+"""What a written report holds, read back from its Markdown: its trials, each row's finished seeds and each
+claim's verdict. `report` compares the report it is about to replace with the one it wrote, says what changed,
+and refuses to replace a report made from more seeds or trials with one made from fewer unless told to
+(`--force`): a newcomer's one-seed run does not quietly overwrite a three-seed reference."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_TRIALS = re.compile(r"MLflow parent run `[0-9a-f]+` \(experiment `[^`]*`, status \w+\), (\d+) trials, (\d+|\?) failed")
+_SEEDS = re.compile(r"^(\d+)(?:/(\d+))?")
+_VERDICT = re.compile(r"\*\*(holds|contradicted|inconclusive|not run)\*\*")
+
+
+@dataclass
+class Evidence:
+    trials: int | None = None                       # the invocation's trials (the provenance line)
+    seeds: dict[str, int] = field(default_factory=dict)     # each row's finished seeds (the first rows table)
+    verdicts: dict[str, str] = field(default_factory=dict)  # claim id -> verdict
+
+    @property
+    def finished(self) -> int:
+        return sum(self.seeds.values())
+
+
+def read_evidence(markdown: str) -> Evidence:
+    """The trials, rows with their finished seeds, and verdicts a report shows (what it cannot find stays empty)."""
+    ev = Evidence()
+    m = _TRIALS.search(markdown)
+    if m:
+        ev.trials = int(m.group(1))
+    seeds_at = None
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if not cells:
+            seeds_at = None if ev.seeds else seeds_at    # the first rows table with a seeds column only
+            continue
+        if seeds_at is None and not ev.seeds and "seeds" in cells and cells[0] == "row":
+            seeds_at = cells.index("seeds")
+        elif seeds_at is not None and cells[0].startswith("**") and len(cells) > seeds_at:
+            s = _SEEDS.match(cells[seeds_at])
+            if s:
+                ev.seeds[cells[0].strip("*")] = int(s.group(1))
+        if cells[0].startswith("`") and (v := _VERDICT.search(line)):
+            ev.verdicts[cells[0].split("`")[1]] = v.group(1)
+    return ev
+
+
+def changes(old: Evidence, new: Evidence) -> list[str]:
+    """What the new report shows that the old did not, and the other way round, one phrase each."""
+    out = []
+    if old.trials is not None and new.trials is not None and old.trials != new.trials:
+        out.append(f"trials {old.trials} -> {new.trials}")
+    gained = [r for r in new.seeds if r not in old.seeds]
+    lost = [r for r in old.seeds if r not in new.seeds]
+    if gained:
+        out.append("rows gained: " + ", ".join(gained))
+    if lost:
+        out.append("rows lost: " + ", ".join(lost))
+    moved = [f"{r} {old.seeds[r]} -> {new.seeds[r]}" for r in new.seeds
+             if r in old.seeds and old.seeds[r] != new.seeds[r]]
+    if moved:
+        out.append("finished seeds: " + ", ".join(moved))
+    flipped = [f"{c} {old.verdicts[c]} -> {v}" for c, v in new.verdicts.items()
+               if c in old.verdicts and old.verdicts[c] != v]
+    if flipped:
+        out.append("verdicts: " + ", ".join(flipped))
+    added, dropped = set(new.verdicts) - set(old.verdicts), set(old.verdicts) - set(new.verdicts)
+    if added:
+        out.append("claims added: " + ", ".join(sorted(added)))
+    if dropped:
+        out.append("claims dropped: " + ", ".join(sorted(dropped)))
+    return out
+
+
+def holds_less(old: Evidence, new: Evidence) -> bool:
+    """The new report rests on fewer trials, or fewer finished seeds, or fewer rows than the old."""
+    if old.trials is not None and new.trials is not None and new.trials < old.trials:
+        return True
+    return new.finished < old.finished or bool(set(old.seeds) - set(new.seeds))
