@@ -357,3 +357,14 @@ def test_report_refuses_to_replace_a_fuller_report_and_says_what_changed(tmp_pat
         assert "rows gained: A1" in capsys.readouterr().out
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
+
+
+def test_a_one_seed_report_says_which_claims_point_the_papers_way_and_how_to_get_verdicts(store, tmp_path):
+    uri, _ = store
+    report_all(tmp_path, uri, studies=["modern"])
+    head = (tmp_path / "modern.md").read_text().split("## Claims", 1)[1].split("| claim |")[0]
+    # rope_better (F1 vs base) and prenorm_better_small (F2 vs base) ran with one seed: lower PPL is the paper's way,
+    # and both rows' PPL (9.5, 9.0) lies below the base's (10.0) in this store
+    assert "2 claims rest on one seed, which gives no interval: 2 of 2 point the paper's way" in head
+    assert "`python -m harness run studies/modern.yaml --profile tiny --seeds 0,1,2`" in head
+    assert "about three times this invocation's 5 minutes" in head

@@ -496,6 +496,32 @@ def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
     return registration(claim_id, shas, bool(dirty))
 
 
+def points_the_papers_way(c: dict) -> bool | None:
+    """Whether a checked claim's point estimate lies on the paper's side (None: nothing to point with)."""
+    if pd.isna(c["diff"]):
+        return None
+    claim = c["claim"]
+    if claim.expect in ("equivalent", "value"):
+        return abs(c["diff"]) <= claim.margin
+    return c["diff"] > 0
+
+
+def one_seed_note(checked: list[dict], parent: dict | None) -> str:
+    """Where claims rest on one seed (no interval, so no verdict): how many of them point the paper's way by their
+    point estimate alone, and the command that gives verdicts."""
+    single = [c for c in checked if c["verdict"] == "inconclusive" and c["n"] == 1]
+    if not single:
+        return ""
+    pointing = sum(points_the_papers_way(c) is True for c in single)
+    command = (parent or {}).get("tags", {}).get("command", "")
+    wall = ((parent or {}).get("metrics") or {}).get("wall_seconds")
+    rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
+    cost = f", about three times this invocation's {wall / 60:.0f} minutes," if wall else ""
+    return (f" {len(single)} claim{'s' * (len(single) > 1)} rest on one seed, which gives no interval: "
+            f"{pointing} of {len(single)} point the paper's way by their point estimate alone (not a verdict);"
+            f"{rerun}{cost} gives verdicts.")
+
+
 def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None = None) -> list[str]:
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
@@ -522,6 +548,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
              "runs "
              "| registered before these runs? |",
              "|---|---|---|---|---|---|---|---|"]
+    lines[2] += one_seed_note(checked, parent)
     lines[2] += (" The last column is computed from git when this report is made (harness/report/registration.py): "
                  "\"registered\" where the claim's rows, metric and margin or threshold were committed in the runs' "
                  "commit or before it, \"written after these runs' figures\" otherwise, and whether the claim was "
