@@ -207,6 +207,9 @@ def test_markdown_provenance_and_index(table3):
     assert "made-up corpus" in head
     # The paper's caption says "no checkpoint averaging"; the report says that these rows were averaged.
     assert "no checkpoint averaging" in head and "mean of its last 5 checkpoints" in head
+    # beside the paper's caption, what ran
+    assert "Ours: profile `tiny`, the made-up corpus, a fixed number of steps, the mean of the last 5 checkpoints." \
+        in head
     paper_base_bleu = f"{load_tables()['table3']['rows']['base']['bleu']:.1f}"
     assert f"| {paper_base_bleu} |" in next(ln for ln in md.splitlines() if ln.startswith("| **base**"))
     index = (out / "README.md").read_text()

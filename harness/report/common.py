@@ -184,6 +184,19 @@ def _versions_line(tags: dict, runs: pd.DataFrame) -> list[str]:
     return [line + (f"; trials trained on {', '.join(devices)}" if devices else "")]
 
 
+def ours_caption(results: dict) -> str:
+    """What ran, beside the paper's caption: the profile, the corpus, how rows were trained and scored."""
+    runs, tags = results["runs"], results["parent"]["tags"]
+    corpora = sorted({str(v) for v in runs.get("params.data.name", pd.Series(dtype=object)).dropna()})
+    corpus = ", ".join("the made-up corpus" if c == "synth" else f"`{c}`" for c in corpora) or "?"
+    averaged = sorted({int(v) for v in column(runs, "params.train.average_last").dropna() if v > 1})
+    patience = sorted({int(v) for v in column(runs, "params.train.patience").dropna() if v > 0})
+    scored = f"the mean of the last {' or '.join(map(str, averaged))} checkpoints" if averaged else \
+        "no checkpoint averaging"
+    trained = "trained until dev stopped improving" if patience else "a fixed number of steps"
+    return f"profile `{tags.get('profile', '?')}`, {corpus}, {trained}, {scored}"
+
+
 def header_lines(study: str, results: dict, caption: str | None = None) -> list[str]:
     """The lines every report opens with: title (with the paper's caption), the do-not-edit note, the
     provenance line the index copies, then command, commit, profile, hardware, MLflow parent run, wall
@@ -196,6 +209,7 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
            if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() else None)
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
+             *([f"The title is the paper's caption. Ours: {ours_caption(results)}.", ""] if caption else []),
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
              provenance_line(parent), "",
              f"- command: `{tags.get('command', '?')}`",
