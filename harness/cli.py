@@ -654,8 +654,10 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib.metadata
-    parser = argparse.ArgumentParser(prog="python -m harness",
-                                     description="Regenerate the tables of 'Attention Is All You Need'.")
+    # Installed, the harness is also the `attention-harness` command: the help names whichever was typed.
+    prog = "attention-harness" if Path(sys.argv[0]).name == "attention-harness" else "python -m harness"
+    parser = argparse.ArgumentParser(prog=prog, description="Regenerate the tables of 'Attention Is All You Need' "
+                                     "(`python -m harness` and the installed `attention-harness` are the same).")
     try:
         version = importlib.metadata.version("attention-harness")
     except importlib.metadata.PackageNotFoundError:
