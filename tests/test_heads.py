@@ -162,6 +162,7 @@ def test_word_index_groups_pieces_into_words():
     assert word_index(tok, [1, 2, 3, 4, 5], 5) is None
 
 
+@pytest.mark.slow
 def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_path, capsys, monkeypatch):
     """train.heads_sentences: the run's metrics hold the heads_* figures and heads.json the rest; `probe heads
     RUN_DIR` on the finished run gives the same figures and draws Figures 3-5; the report's section reads the

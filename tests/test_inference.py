@@ -74,6 +74,7 @@ def test_bad_probe_settings_are_one_sentence(tmp_path, capsys):
     assert "batchs" in err and "did you mean batches" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_probe_inference_prints_each_point(capsys):
     assert main(["probe", "inference", "--rows", "encdec_mqa,prefix_mqa", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

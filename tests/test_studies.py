@@ -57,7 +57,13 @@ def test_tiny_profile_keeps_the_relations_between_rows():
     assert trials["big"].train.steps == 3 * trials["base"].train.steps
 
 
-@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+# The studies whose smoke run takes most of a minute or more on 2 cores (their measurements on the final weights,
+# or many rows): the whole suite runs them, the fast tier (-m "not slow") leaves them out.
+HEAVY_SMOKE = {"extrapolation", "heads", "table2"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in HEAVY_SMOKE else p
+                                  for p in STUDIES], ids=lambda p: p.stem)
 def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
     """Each row of the tiny profile (one seed), shrunk by its kind (`smoke`: two training steps, a tiny probe grid),
     through the trial function that Ray Tune runs."""
