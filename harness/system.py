@@ -106,7 +106,8 @@ def cpu_isa() -> str:
 
 def hardware() -> str:
     """One line: architecture, CPU model and the instruction set its kernels use, cores, GPUs, torch. The same
-    figures reproduce bit for bit only on the same CPU model, threads and versions (README, "Reproducing")."""
+    figures reproduce bit for bit only on the same CPU model, threads and versions (docs/trainer.md, "Reproducing a
+    figure")."""
     gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
     return (f"{platform.machine()} {cpu_model()} [{cpu_isa()}], {os.cpu_count()} CPU cores{gpu}, "
             f"torch {torch.__version__}")

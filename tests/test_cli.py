@@ -1,10 +1,13 @@
 """The command line: bad input gives one sentence on stderr and exit 2; good input works end to end."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(capsys, *argv):
@@ -279,3 +282,20 @@ def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):
     code, out, _ = run(capsys, "settings", "data")
     assert code == 0 and all(ln.startswith(("data.", "#")) for ln in out.splitlines() if ln.strip())
     assert run(capsys, "settings", "modle")[0] == 2
+
+
+def test_the_readmes_add_a_row_example_runs(tmp_path, capsys, monkeypatch):
+    """README, "Add a row, ...": the row line it gives, added under a copy of Table 3's rows, resolves with `show`
+    and costs with `run --dry-run`, as the README says."""
+    import re
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = re.search(r"under rows:, add the line\s+(\w+: \{[^}]*\})", readme).group(1)
+    name = line.split(":")[0]
+    text = (ROOT / "studies" / "table3.yaml").read_text(encoding="utf-8")
+    assert "\nrows:\n" in text
+    (tmp_path / "my-table3.yaml").write_text(text.replace("\nrows:\n", f"\nrows:\n  {line}\n", 1))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "show", "my-table3.yaml", name)
+    assert code == 0 and re.search(r"^model\.n_heads\s+16\s+row$", out, re.M)
+    code, out, _ = run(capsys, "run", "my-table3.yaml", "--rows", f"base,{name}", "--dry-run")
+    assert code == 0 and f"{name}-s0" in out and "base-s0" in out

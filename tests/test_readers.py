@@ -337,11 +337,11 @@ def test_prepare_en_fr_bad_input_keeps_a_previous_complete_output(tmp_path):
     assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
 
 
-def test_en_fr_files_doc_names_every_archive_and_the_readme_lists_it():
+def test_en_fr_files_doc_names_every_archive_and_the_data_doc_lists_it():
     for archive in ("training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
                     "training-parallel-un.tgz", "training-parallel-nc-v9.tgz", "training-giga-fren.tar",
                     "dev.tgz", "test-full.tgz"):
         assert archive in WMT14_EN_FR_FILES
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parent.parent / "docs" / "data.md").read_text(encoding="utf-8")
     for line in WMT14_EN_FR_FILES.splitlines()[1:]:   # the generated list, line for line
         assert line in readme, line

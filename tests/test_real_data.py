@@ -19,10 +19,10 @@ from harness.eval.bleu import lc_norm_tok, multi_bleu, tokenized_bleu, tokenized
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 MULTI30K, PTB = SHARED / "multi30k", SHARED / "ptb-wsj-sample"
 needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(),
-                                    reason=f"Multi30K's raw files are not in {MULTI30K} (see the README's Data "
+                                    reason=f"Multi30K's raw files are not in {MULTI30K} (see the README's Real data "
                                            "section)")
 needs_ptb = pytest.mark.skipif(not (PTB / "combined" / "wsj_0001.mrg").is_file(),
-                               reason=f"the Penn Treebank sample is not in {PTB} (see the README's Data section)")
+                               reason=f"the Penn Treebank sample is not in {PTB} (see the README's Real data section)")
 
 
 def write(path: Path, data, gz: bool = False) -> Path:
