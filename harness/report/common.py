@@ -610,29 +610,44 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
 
 # ------------------------------------------------------------------------------------------ plots
 
+def plot_title(study: str, runs: pd.DataFrame) -> str:
+    """A plot's title stem: the study and the profile its trials ran in."""
+    profiles = sorted(set(runs["tags.profile"].dropna().astype(str))) if "tags.profile" in runs else []
+    return f"{study} ({', '.join(profiles)} profile)" if profiles else study
+
+
+# More series than colours: each block of ten rows gets its own line style and marker as well.
+_STYLES, _MARKERS = ["-", "-.", ":", (0, (5, 1))], ["o", "s", "^", "D"]
+
+
 def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
-    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row, one
-    line per seed: whether each row converged is read off the right panel."""
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row (and, past
+    ten rows, a line style and marker per block of ten), one line per seed, the legend outside the panels:
+    whether each row converged is read off the right panel."""
+    fig = Figure(figsize=(12.5, 4.8), layout="constrained")
     axes = fig.subplots(1, 2)
     colors = {row: f"C{i % 10}" for i, row in enumerate(order)}
-    styles = ["-", "-.", ":", (0, (5, 1))]
     for j, row in enumerate(order):
         seeds = runs[runs["tags.row"].astype(str) == row]
         seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
+        block = j // 10
         for i, run in enumerate(seeds.itertuples(index=False)):
             ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
             for ax, key in zip(axes, ("train_loss", "dev_ppl")):
                 hist = tracking.metric_history(uri, run.run_id, key)
                 if hist:
                     steps, values = zip(*sorted(hist))
-                    ax.plot(steps, values, color=colors[row], ls=styles[j // 10 % len(styles)] if ok else "--",
-                            lw=1, marker="." if key == "dev_ppl" else None, ms=3, label=row if i == 0 else None)
-    axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{study}: training loss")
+                    marker = _MARKERS[block % len(_MARKERS)] if len(order) > 10 or key == "dev_ppl" else None
+                    ax.plot(steps, values, color=colors[row], ls=_STYLES[block % len(_STYLES)] if ok else "--",
+                            lw=1, marker=marker, markevery=max(1, len(steps) // 8), ms=3,
+                            label=row if i == 0 and key == "dev_ppl" else None)
+    title = plot_title(study, runs)
+    axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{title}: training loss")
     axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
-                title=f"{study}: dev perplexity during training")
-    if axes[1].get_legend_handles_labels()[0]:
-        axes[1].legend(fontsize=7, ncol=2)
+                title=f"{title}: dev perplexity during training")
+    handles, labels = axes[1].get_legend_handles_labels()
+    if handles:      # one legend for both panels, outside them
+        fig.legend(handles, labels, loc="outside right upper", fontsize=7, ncol=1 + len(labels) // 24)
     return save_png(fig, path)
 
 

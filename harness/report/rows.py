@@ -24,6 +24,7 @@ from harness.report.common import (
     measurement_sections,
     num,
     plot_learning_curves,
+    plot_title,
     pm,
     regime_note,
     row_diagnostics,
@@ -110,26 +111,43 @@ def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
             for params in table["_params"]]
 
 
-def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path) -> Path:
-    fig = Figure(figsize=(6, 4.5))
-    ax = fig.add_subplot()
+def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
+    """Dev BLEU against parameters, one point a row, labels staggered so that rows of one size do not pile up;
+    None (not drawn) where the rows' sizes hardly differ (within 2 %, e.g. only an embedding apart) or fewer than
+    two rows finished: such a plot would say nothing."""
     ok = table.dropna(subset=["params_M", "bleu_mean"])
+    if len(ok) < 2 or ok["params_M"].max() <= 1.02 * ok["params_M"].min():
+        return None
+    fig = Figure(figsize=(6.5, 4.8))
+    ax = fig.add_subplot()
     ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
-    for r in ok.itertuples(index=False):
-        ax.annotate(r.row, (r.params_M, r.bleu_mean), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)", title=f"{study}: dev BLEU against size (ours)")
+    # Rows of one size share an x: their labels go beside the points in a column, top to bottom, at least
+    # `gap` apart, each joined to its point by a thin line.
+    lo, hi = ok["bleu_mean"].min(), ok["bleu_mean"].max()
+    gap, dx = max(hi - lo, 1e-9) / 18, (ok["params_M"].max() - ok["params_M"].min()) / 40
+    for _, group in ok.groupby(ok["params_M"].round(3)):
+        y_label = float("inf")
+        for r in group.sort_values("bleu_mean", ascending=False).itertuples(index=False):
+            y_label = min(r.bleu_mean, y_label - gap)
+            ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(r.params_M + dx, y_label), fontsize=8,
+                        va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"} if len(group) > 1
+                        else None)
+    ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)",
+           title=f"{title or study}: dev BLEU against size (ours)")
     return save_png(fig, path)
 
 
-
-def plot_rows(study: str, table: pd.DataFrame, path: Path) -> Path:
-    """Bars per row, dev BLEU tok above and dev PPL below, each with its seeds' spread."""
+def plot_rows(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
+    """Bars per row, dev BLEU tok above and dev PPL below, each with its seeds' spread; None (not drawn) for a
+    single row, which the table says as well."""
+    if len(table) < 2:
+        return None
     fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
     axes = fig.subplots(2, 1, sharex=True)
     for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
         ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
         ax.set_ylabel(label)
-    axes[0].set_title(f"{study}: dev BLEU and PPL per row (ours)")
+    axes[0].set_title(f"{title or study}: dev BLEU and PPL per row (ours)")
     return save_png(fig, path)
 
 
@@ -156,9 +174,10 @@ def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]
     parent, runs = results["parent"], results["runs"]
     table = notes_last(summarize_rows(runs, row_order(runs, (), declared_rows(parent))))
     rows = table["row"].tolist()
-    plots = [plot_learning_curves(study, runs, rows, uri, out_dir / f"{study}_learning_curves.png"),
-             plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
-             plot_rows(study, table, out_dir / f"{study}_rows.png")]
+    title = plot_title(study, runs)
+    plots = [p for p in (plot_learning_curves(study, runs, rows, uri, out_dir / f"{study}_learning_curves.png"),
+                         plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png", title),
+                         plot_rows(study, table, out_dir / f"{study}_rows.png", title)) if p is not None]
     lines = header_lines(study, results, None)
     if parent["tags"].get("profile") == "tiny" or synthetic_data(runs):
         lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models: absolute PPL and "

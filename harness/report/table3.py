@@ -21,6 +21,7 @@ from harness.report.common import (
     measurement_sections,
     num,
     plot_learning_curves,
+    plot_title,
     pm,
     regime_note,
     row_diagnostics,
@@ -123,14 +124,14 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
     return lines
 
 
-def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
+def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
     """One column of panels per Table 3 knob group present (BLEU above, PPL below), ours on the left axis
     and the paper's on a right axis: their scales differ, their slopes are what compare."""
     present = set(table["row"])
     groups = [(title, [r for r in (reference(rows[0], present), *rows) if r in present], col)
               for title, rows, col in KNOBS if present & set(rows)]
-    if not groups:   # no knob rows (e.g. `--rows base`): bars per row
-        return plot_rows(study, table, path)
+    if not groups:   # no knob rows (e.g. `--rows base,E`): bars per row
+        return plot_rows(study, table, path, title)
     fig = Figure(figsize=(3 * len(groups), 5.5), layout="constrained")
     axes = fig.subplots(2, len(groups), squeeze=False)
     for j, (title, rows, col) in enumerate(groups):
@@ -152,7 +153,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path) -> Path:
             if j == 0:
                 ax.set_ylabel(f"{label} (ours, ●)", fontsize=8)
         axes[0, j].set_title(title, fontsize=9)
-    fig.suptitle(f"{study}: one knob at a time (paper on the right axis, □)", fontsize=10)
+    fig.suptitle(f"{title or study}: one knob at a time (paper on the right axis, □)", fontsize=10)
     return save_png(fig, path)
 
 
@@ -162,9 +163,11 @@ def write_table3(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     parent, runs = results["parent"], results["runs"]
     paper = paper_table(parent, study)
     table = summarize(runs, paper, declared_rows(parent))
-    plots = [plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png"),
-             plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png"),
-             plot_knobs(study, table, out_dir / f"{study}_knobs.png")]
+    title = plot_title(study, runs)
+    plots = [p for p in (plot_learning_curves(study, runs, table["row"].tolist(), uri,
+                                              out_dir / f"{study}_learning_curves.png"),
+                         plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png", title),
+                         plot_knobs(study, table, out_dir / f"{study}_knobs.png", title)) if p is not None]
     # The sections of the measurements the rows took (harness/measure: the heads probe, length buckets, attention
     # statistics, source attention, ...), before the claims.
     extra, extra_plots = measurement_sections(runs, table["row"].tolist(), uri, out_dir, study)
