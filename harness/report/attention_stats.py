@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import finished, interval_cell, md_table, save_png
+from harness.report.common import finished, interval_cell, md_table, plot_title, save_png
 
 # (metric, its column head, format)
 SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob", "{:.3f}"),
@@ -54,11 +54,11 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
              "saturation would starve). Each figure is the mean over layers; means over seeds ± half their 95 % "
              "t-interval. The plot follows the largest probability and the gradient norm through training (every "
              "evaluation).", ""] + md_table(head, body) + [""]
-    plot = _plot(rows, curves, path)
+    plot = _plot(rows, curves, path, plot_title(path.stem.removesuffix("_attention_stats"), runs))
     return lines + [f"![{plot.stem}]({plot.name})", ""], [plot]
 
 
-def _plot(rows: list[str], curves: dict, path: Path) -> Path:
+def _plot(rows: list[str], curves: dict, path: Path, title: str) -> Path:
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, key, label in ((axes[0], "attn_max_prob", "largest attention probability"),
@@ -73,5 +73,8 @@ def _plot(rows: list[str], curves: dict, path: Path) -> Path:
         ax.set(xlabel="training step", ylabel=label)
         if key == "attn_qk_grad_norm":
             ax.set_yscale("log")
-        ax.legend(fontsize=7)
+    fig.suptitle(f"{title}: the softmax's saturation and the W^Q, W^K gradients through training", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=7)
     return save_png(fig, path)

@@ -10,7 +10,15 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import architecture_section, header_lines, md_table, row_order, save_png, write_files
+from harness.report.common import (
+    architecture_section,
+    header_lines,
+    md_table,
+    plot_title,
+    row_order,
+    save_png,
+    write_files,
+)
 
 _POINT = re.compile(r"^metrics\.decode_tok_s_b(\d+)_s(\d+)$")
 
@@ -73,7 +81,24 @@ def _source_axis(ax, table: pd.DataFrame) -> None:
     ax.minorticks_off()
 
 
-def plot(table: pd.DataFrame, path: Path) -> Path:
+def _log_values(ax) -> None:
+    """A log axis of values with labels at 1, 2 and 5 of every decade, written out (not 10^x): enough ticks to read
+    a value off a short range."""
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    fmt = ScalarFormatter()
+    fmt.set_scientific(False)
+    ax.yaxis.set_major_formatter(fmt)
+    ax.yaxis.minorticks_off()
+
+
+def _legend_outside(fig: Figure, ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+
+
+def plot(table: pd.DataFrame, path: Path, title: str = "inference") -> Path:
     batches = sorted(table["batch"].unique())
     fig = Figure(figsize=(5 * (len(batches) + 1), 4.2), layout="constrained")
     for i, batch in enumerate(batches):
@@ -83,7 +108,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="decode tokens/s",
                title=f"decoding, batch {batch}")
         _source_axis(ax, table)
-        ax.legend(fontsize=7)
+        _log_values(ax)
     ax = fig.add_subplot(1, len(batches) + 1, len(batches) + 1)
     first = table[table["batch"] == batches[0]]
     for row, g in first.groupby("row", sort=False):
@@ -91,20 +116,23 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="KiB",
            title="KV cache per sentence after decoding (measured)")
     _source_axis(ax, table)
-    ax.legend(fontsize=7)
+    _log_values(ax)
+    fig.suptitle(f"{title}: decoding speed and KV cache by source length", fontsize=10)
+    _legend_outside(fig, ax)
     return save_png(fig, path)
 
 
-def plot_ttft(table: pd.DataFrame, path: Path) -> Path:
+def plot_ttft(table: pd.DataFrame, path: Path, title: str = "inference") -> Path:
     fig = Figure(figsize=(6, 4.2), layout="constrained")
     ax = fig.add_subplot()
     batch = table["batch"].max()
     for row, g in table[table["batch"] == batch].groupby("row", sort=False):
         ax.plot(g["src_len"], g["ttft_ms"], marker="o", label=row)
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="ms",
-           title=f"time to first token, batch {batch}")
+           title=f"{title}: time to first token, batch {batch}")
     _source_axis(ax, table)
-    ax.legend(fontsize=7)
+    _log_values(ax)
+    _legend_outside(fig, ax)
     return save_png(fig, path)
 
 
@@ -128,5 +156,7 @@ def write_inference(study: str, results: dict, uri: str, out_dir: Path) -> list[
               "peak on a GPU; on a CPU the process's resident set (weights, libraries and all).", ""]
     lines += render(table) + [""]
     lines += architecture_section(runs, list(dict.fromkeys(table["row"])))
-    plots = [plot(table, out_dir / f"{study}_decode.png"), plot_ttft(table, out_dir / f"{study}_ttft.png")]
+    title = plot_title(study, runs)
+    plots = [plot(table, out_dir / f"{study}_decode.png", title),
+             plot_ttft(table, out_dir / f"{study}_ttft.png", title)]
     return write_files(study, out_dir, lines, table, plots)

@@ -21,6 +21,7 @@ from harness.report.common import (
     num,
     param_of,
     plot_learning_curves,
+    plot_title,
     pm,
     row_groups,
     row_order,
@@ -127,7 +128,7 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def plot_table4_f1(study: str, table: pd.DataFrame, path: Path) -> Path:
+def plot_table4_f1(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path:
     """Test and dev F1 per row (ours), with the paper's WSJ 23 F1 marked on the rows that map to it."""
     fig = Figure(figsize=(max(5, 1.5 * len(table) + 2), 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -141,15 +142,15 @@ def plot_table4_f1(study: str, table: pd.DataFrame, path: Path) -> Path:
                 label="paper, WSJ 23 F1")
     ax.set_xticks(x, [r["row"] + ("" if r["status"] == "FINISHED" else f"\n{r['status']}")
                       for r in table.to_dict("records")])
-    ax.set(ylabel="bracketing F1", ylim=(0, 100), title=f"{study}: parsing F1 per row")
-    ax.legend(fontsize=8, loc="best")
+    ax.set(ylabel="bracketing F1", ylim=(0, 100), title=f"{title or study}: parsing F1 per row")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))   # outside: never over the paper's mark
     return save_png(fig, path)
 
 
 def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
     runs = results["runs"]
     table = summarize_table4(runs, declared_rows(results["parent"]))
-    plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png"),
+    plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png", plot_title(study, runs)),
              plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
     lines = render_table4(study, results, table) + ["", *late_changes_section(results["parent"])]
     return write_files(study, out_dir, lines, table, plots, claims_section(study, runs, uri, results["parent"]))
