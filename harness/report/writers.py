@@ -122,9 +122,19 @@ def _holds_less(study: str, index_dir: Path, results: dict) -> str | None:
     old, new = read_evidence(text), _evidence_of(results)
     if not old.seeds and old.trials is None or not holds_less(old, new):
         return None
+    would = "; ".join(_short(c) for c in changes(Evidence(old.trials, old.seeds), new))   # verdicts: not yet known
     return (f"{md} rests on {old.trials} trials ({old.finished} finished seeds over {len(old.seeds)} rows) and this "
-            f"invocation on {new.trials} ({new.finished} over {len(new.seeds)}); write it elsewhere with --out DIR, "
-            "or replace the fuller report anyway with --force.")
+            f"invocation on {new.trials} ({new.finished} over {len(new.seeds)}), so replacing it would change {would}; "
+            "write it elsewhere with --out DIR, or replace the fuller report anyway with --force.")
+
+
+def _short(change: str, most: int = 3) -> str:
+    """A change phrase with at most `most` items of its list ("rows lost: A1, A2, A3 and 4 more")."""
+    head, _, items = change.partition(": ")
+    parts = items.split(", ") if items else []
+    if len(parts) <= most:
+        return change
+    return f"{head}: {', '.join(parts[:most])} and {len(parts) - most} more"
 
 
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
