@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
-Positional = Literal["sinusoid", "learned", "rope", "alibi"]
+Positional = Literal["sinusoid", "learned", "rope", "alibi", "none"]
 NormPosition = Literal["post", "pre"]
 Norm = Literal["layer", "rms"]
 FFN = Literal["relu", "gelu", "swiglu"]
@@ -81,7 +81,7 @@ class TransformerConfig:
         self._check_integers(tuple(DERIVED))
         check_shared(self, (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
                             ("ffn", FFN), ("family", Family), ("attention_score", AttentionScore)))
-        if self.word_positions and self.positional in ("rope", "alibi"):
+        if self.word_positions and self.positional in ("rope", "alibi", "none"):
             raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
                               f"or learned, not {self.positional}.")
 

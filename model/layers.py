@@ -70,7 +70,8 @@ class PositionalEncoding(nn.Module):
     """Adds absolute positions to the scaled embeddings (sinusoid, §3.5, or learned, Table 3 row E).
 
     With positional=rope or alibi this adds nothing: RoPE rotates queries and keys inside attention instead, and
-    ALiBi biases the attention scores (`ALiBi`)."""
+    ALiBi biases the attention scores (`ALiBi`). positional=none adds nothing at all (§3.5's "must inject" tested:
+    without positions self-attention is permutation-equivariant; an ablation row, not the paper's model)."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -85,7 +86,7 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x holds positions offset .. offset + T - 1, or `positions` (each token's, broadcast to x's
         leading dimensions: a packed row's, word positions, a captured step's device-side position)."""
-        if self.kind in ("rope", "alibi"):
+        if self.kind in ("rope", "alibi", "none"):
             return x
         if positions is not None:
             return x + self.table[positions].to(x.dtype)

@@ -1,4 +1,4 @@
-"""model/layers.py: the CPU dropout."""
+"""model/layers.py: the CPU dropout, and what positions do (none: permutation-equivariant)."""
 
 import torch
 
@@ -14,3 +14,20 @@ def test_cpu_dropout_drops_p_of_the_units_rescales_the_rest_and_masks_the_gradie
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())                  # d(x * m / (1 - p)) / dx = m / (1 - p)
     assert torch.equal(dropout(x, 0.3, training=False), x)
+
+
+def test_without_positions_the_encoder_is_permutation_equivariant_and_with_sinusoids_it_is_not():
+    """§3.5: the model "contains no recurrence and no convolution", so positions must be injected. Without them
+    (positional=none) permuting the source's tokens permutes the encoder's outputs the same way (float64, to
+    1e-6); with the paper's sinusoids it does not."""
+    from model import build_model
+    from tests.helpers import small
+    torch.manual_seed(0)
+    src = torch.randint(4, 40, (2, 9))
+    perm = torch.randperm(9)
+    for positional, equivariant in (("none", True), ("sinusoid", False)):
+        model = build_model(small(positional=positional)).double().eval()
+        out, _ = model.encode(src)
+        out_perm, _ = model.encode(src[:, perm])
+        gap = (out_perm - out[:, perm]).abs().max().item()
+        assert (gap < 1e-6) == equivariant, (positional, gap)
