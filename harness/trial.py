@@ -42,11 +42,11 @@ def hashed_settings(cfg) -> dict:
     """A config's settings as its trial's hash sees them: every field, except that a field its class declares
     in `ADDED_LATER` (added after studies had run with it unset) is left out while it holds its default, so
     that those studies' trials keep their hashes and `--resume` still finds them."""
-    if hasattr(cfg, "hashed"):          # TrainConfig: its measurements' settings too (TrainConfig.hashed)
-        return cfg.hashed()
-    later = set(getattr(type(cfg), "ADDED_LATER", ()))
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    return {k: v for k, v in to_dict(cfg).items() if not (k in later and v == defaults[k])}
+    if hasattr(cfg, "later_defaults"):     # TrainConfig: its measurements' settings count as added later too
+        later = cfg.later_defaults()
+    else:
+        later = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in getattr(type(cfg), "ADDED_LATER", ())}
+    return {k: v for k, v in to_dict(cfg).items() if not (k in later and v == later[k])}
 
 
 @dataclass(frozen=True)

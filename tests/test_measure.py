@@ -16,6 +16,7 @@ import yaml
 from harness.cli import main
 from harness.errors import UserError
 from harness.measure.registry import Measurement, Metric, register, unregister
+from tests.helpers import TWO_ROW_STUDY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +73,8 @@ def test_a_measurement_is_a_train_setting_spelled_by_its_name(toy):
     with pytest.raises(UserError, match="toy_scale"):          # a typo gets its did-you-mean
         parse_sets(["train.toy_scal=0.5"])
     # at its default a measurement is not in the trial's hash: trials resolved before it existed keep theirs
-    assert "toy_scale" not in TrainConfig().hashed() and cfg.hashed()["toy_scale"] == 2.0
+    from harness.trial import hashed_settings
+    assert "toy_scale" not in hashed_settings(TrainConfig()) and hashed_settings(cfg)["toy_scale"] == 2.0
     assert TrainConfig().replace(toy_scale=2.0).replace(toy_scale=0.0) == TrainConfig()
 
 
@@ -99,21 +101,10 @@ def test_a_run_without_it_takes_no_toy_measurement(toy, tmp_path, capsys):
     assert "toy_weight_norm" not in metrics
 
 
-STUDY = """
-study: toy
-version: 1
-seeds: [0, 1]
-base: {preset: cpu_d128}
-rows:
-  base: {}
-  A1: {n_heads: 1}
-profiles:
-  tiny:
-    model: {d_model: 32, d_ff: 64, n_layers: 1, vocab_size: 300, max_len: 128}
-    train: {steps: 8, warmup: 4, max_tokens: 300, batch_tokens: 300, checkpoint_every: 0, checkpoint_minutes: 0,
-            log_every: 4, eval_every: 0, bleu_sentences: 4, max_extra: 3, toy_scale: 2.0}
-    data: {train_pairs: 400, dev_pairs: 8, test_pairs: 8, cache_dir: CACHE}
-"""
+# The shared two-row study (tests/helpers.py) as a study of its own, with no paper table (the rows layout), two
+# seeds and the toy measurement taken in every trial.
+STUDY = TWO_ROW_STUDY.replace("study: mini", "study: toy").replace("table: table3\n", "").replace(
+    "seeds: [0]", "seeds: [0, 1]").replace("max_extra: 3}", "max_extra: 3, toy_scale: 2.0}")
 
 
 @pytest.mark.slow

@@ -93,7 +93,7 @@ class TrainConfig:
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
                                               "decay_times", "decay_factor", "clip_norm", "cpu_amp", "patience",
                                               "average_at", "lr_patience")
-    # (every measurement setting is left out of the hash at its default too: `hashed`)
+    # (every measurement setting is left out of the hash at its default too: `later_defaults`)
 
     def validate(self) -> None:
         for name in ("steps", "max_tokens", "batch_tokens", "log_every", "beam_size"):
@@ -181,23 +181,15 @@ class TrainConfig:
             out.update({key: getattr(settings, name) for key, name in m.keys().items()})
         return out
 
-    def hashed(self) -> dict:
-        """The settings a trial's config hash sees (harness/trial.py): `to_dict` without the ADDED_LATER fields
-        and the measurement settings that hold their defaults, so that trials run before they existed keep
-        their hashes."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        measured = setting_keys()
-        out = {}
-        for key, value in self.to_dict().items():
-            if key in measured:
-                m, name = measured[key]
-                if value == getattr(m.default(), name):
-                    continue
-            elif key in self.ADDED_LATER and value == defaults[key]:
-                continue
-            out[key] = value
-        return out
-
+    def later_defaults(self) -> dict:
+        """{key: default} of the settings added after studies had run without them: the ADDED_LATER fields and
+        every measurement's settings. A trial's config hash leaves each out while it holds its default
+        (harness/trial.py `hashed_settings`), so trials run before they existed keep their hashes."""
+        later = {f.name: f.default for f in dataclasses.fields(self) if f.name in self.ADDED_LATER}
+        for m in measurements():
+            default = m.default()
+            later.update({key: getattr(default, name) for key, name in m.keys().items()})
+        return later
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIMIZERS = ("adam", "nesterov")
