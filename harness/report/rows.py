@@ -157,15 +157,23 @@ def row_lines(table: pd.DataFrame, diag: dict) -> list[str]:
             "changes against base; notes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.to_dict("records"):
-        seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
-        failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
-        notes = "; ".join(x for x in (r["changes"], failure, regime_note(r["row"], diag)) if x)
-        cells = [f"**{r['row']}**", seeds, pm(r["ppl_mean"], r["ppl_ci"]), pm(r["bleu_mean"], r["bleu_ci"]),
-                 pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), num(r["params_M"], "{:.3g}"),
-                 signed_pm(r["delta_ppl"], r["delta_ppl_ci"]), signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"]),
-                 notes.replace("|", "\\|").replace("\n", " ")]
-        lines.append("| " + " | ".join(cells) + " |")
+        seeds, figures, notes = row_cells(r, diag)
+        lines.append("| " + " | ".join([f"**{r['row']}**", seeds, *figures, notes]) + " |")
     return lines
+
+
+def row_cells(r: dict, diag: dict) -> tuple[str, list[str], str]:
+    """One summarized row's cells (Table 3's layout shares them): its seeds (finished / run, and the status where
+    not all finished), its figures (dev PPL, both BLEUs, params, the deltas against its reference) and its notes
+    (what it changes, why it failed, its regime), escaped for a Markdown table."""
+    seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
+    failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
+    notes = "; ".join(x for x in (r["changes"], failure, regime_note(r["row"], diag)) if x)
+    figures = [pm(r["ppl_mean"], r["ppl_ci"]), pm(r["bleu_mean"], r["bleu_ci"]),
+               pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), num(r["params_M"], "{:.3g}"),
+               signed_pm(r["delta_ppl"], r["delta_ppl_ci"]),
+               signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"])]
+    return seeds, figures, notes.replace("|", "\\|").replace("\n", " ")
 
 
 def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:

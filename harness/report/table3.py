@@ -22,18 +22,15 @@ from harness.report.common import (
     num,
     plot_learning_curves,
     plot_title,
-    pm,
-    regime_note,
     row_diagnostics,
     row_order,
     save_png,
     signed,
-    signed_pm,
     synthetic_data,
     table_name,
     write_files,
 )
-from harness.report.rows import notes_last, plot_bleu_vs_params, plot_rows, summarize_rows
+from harness.report.rows import notes_last, plot_bleu_vs_params, plot_rows, row_cells, summarize_rows
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
 ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")
@@ -109,17 +106,12 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples(index=False):
         r = r._asdict()
-        seeds = f"{r['n_finished']}/{r['n_seeds']}" + ("" if r["status"] == "FINISHED" else f" {r['status']}")
-        failure = f"{r['status']}: {r['failure_reason']}" if r["failure_reason"] else ""
-        notes = "; ".join(x for x in (r["changes"], failure, regime_note(r["row"], diag or {})) if x)
-        cells = [f"**{r['row']}**", *(num(r[c], "{:g}") for c in ARCH_COLUMNS), seeds,
-                 pm(r["ppl_mean"], r["ppl_ci"]), pm(r["bleu_mean"], r["bleu_ci"]),
-                 pm(r["bleu_tok_mean"], r["bleu_tok_ci"]), num(r["params_M"], "{:.3g}"),
-                 signed_pm(r["delta_ppl"], r["delta_ppl_ci"]), signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"])]
+        seeds, figures, notes = row_cells(r, diag or {})
+        cells = [f"**{r['row']}**", *(num(r[c], "{:g}") for c in ARCH_COLUMNS), seeds, *figures]
         if paper:
             cells += [num(r["paper_ppl"]), num(r["paper_bleu"], "{:.1f}"), num(r["paper_params_M"], "{:g}"),
                       signed(r["paper_delta_ppl"]), signed(r["paper_delta_bleu"])]
-        cells.append(notes.replace("|", "\\|").replace("\n", " "))
+        cells.append(notes)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
