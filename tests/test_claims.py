@@ -150,6 +150,33 @@ def test_value_claims_measured_against_the_formula():
     assert claims.value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
 
 
+def test_value_claims_over_several_rows_and_a_second_metric():
+    """One statement measured at several shapes and on two metrics: it holds only if every part does, and is
+    contradicted by any part outside the tolerance; the shown figures are the farthest part's."""
+    c = _value(a=["d64", "d256"], metric="exp_n", target=0.0, margin=1.0, also={"metric": "exp_d"})
+    first = {"d64": {0: 0.1}, "d256": {0: -0.4}}
+    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 0.9}})
+    assert got["verdict"] == "holds" and got["a_row"] == "d256" and got["diff"] == pytest.approx(0.9)
+    assert [p["metric"] for p in got["parts"]] == ["exp_n", "exp_n", "exp_d", "exp_d"]
+    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 3.0}})    # the time crossover far off
+    assert got["verdict"] == "contradicted" and got["a_row"] == "d256" and got["diff"] == pytest.approx(3.0)
+    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}})      # a part not run: not every part holds
+    assert got["verdict"] == "inconclusive"
+    assert claims.value_verdict(c, {}, None, {})["verdict"] == "not run"
+
+
+def test_better_by_more_than_a_margin():
+    """expect better with a margin: the paired interval against the margin instead of 0."""
+    c = _claim(a="P0", b="base", margin=0.1)       # P0's PPL above base's: a = P0 with better: higher on nll
+    c = Claim(**{**c.__dict__, "better": "higher"})
+    far = {"P0": {0: 1.5, 1: 1.6, 2: 1.55}, "base": {0: 1.0, 1: 1.05, 2: 1.0}}
+    assert verdict(c, far)["verdict"] == "holds"
+    near = {"P0": {0: 1.05, 1: 1.06, 2: 1.04}, "base": {0: 1.0, 1: 1.0, 2: 1.0}}
+    got = verdict(c, near)
+    assert got["verdict"] == "contradicted"          # better, but by less than the margin on every reading
+    assert verdict(Claim(**{**c.__dict__, "margin": 0.0}), near)["verdict"] == "holds"
+
+
 def test_table1_claims_name_its_rows_and_metrics():
     from pathlib import Path
 
@@ -167,7 +194,9 @@ def test_table1_claims_name_its_rows_and_metrics():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(b="B"), "one row as a and no b"),
+    (dict(b="B"), "a row \\(or a list of rows\\) as a and no b"),
+    (dict(a=[]), "a row \\(or a list of rows\\) as a and no b"),
+    (dict(also={"metric": "exp_d", "better": "lower"}), "also must be"),
     (dict(target_metric="path_formula"), "exactly one of target and target_metric"),
     (dict(target=None), "exactly one of target and target_metric"),
     (dict(target=None, target_metric="nope"), "is not one of"),

@@ -7,7 +7,7 @@ Statistics. A row's value is the mean over its finished seeds, with a two-sided 
 (mean ± t(0.975, n-1) · s / sqrt(n)). A claim compares rows a and b seed by seed: d_s = a_s - b_s over the
 seeds both finished, oriented so that d > 0 is the claimed direction, and the interval of mean(d) decides:
 - "better": holds if the whole interval is above 0, contradicted if it is wholly below 0, else inconclusive
-  (the interval spans 0);
+  (the interval spans 0); with a margin m > 0 ("better by more than m"), the same against m instead of 0;
 - "equivalent" (margin m): holds if the interval lies inside [-m, m], contradicted if it lies wholly outside
   it, else inconclusive.
 One seed gives no interval, so every comparison from one seed is inconclusive.
@@ -16,7 +16,9 @@ Measurement claims ("value", Table 1's complexity column): one row's measured va
 count of sequential operations, a path length) against the paper's formula, a fixed `target` or the run's
 own evaluation of the formula (`target_metric`), within a stated tolerance m: with one seed the value holds
 if it lies within m of the target and is contradicted otherwise (a measurement, not a sample of a noisy
-comparison); with several seeds their interval decides as for "equivalent".
+comparison); with several seeds their interval decides as for "equivalent". A value claim may name several rows
+(`a: [rows]`, one statement measured at several shapes) and a second metric held to the same target (`also:
+{metric}`): it holds if every row holds on every metric, is contradicted if any is, else inconclusive.
 
 Threshold claims ("above", the heads probe's): one row's value per seed against a fixed `target` stated in
 claims.yaml before the runs: holds if the interval of value - target lies above 0, contradicted if below,
@@ -108,8 +110,12 @@ def load_claims() -> tuple[Claim, ...]:
         if claim.metric not in METRICS:
             raise ValueError(f"{where}: metric {claim.metric!r} is not one of {', '.join(METRICS)}")
         if claim.expect == "value":
-            if not isinstance(claim.a, str) or claim.b is not None:
-                raise ValueError(f"{where}: a value claim names one row as a and no b")
+            rows_ok = isinstance(claim.a, str) or (isinstance(claim.a, list) and claim.a
+                                                   and all(isinstance(r, str) for r in claim.a))
+            if not rows_ok or claim.b is not None:
+                raise ValueError(f"{where}: a value claim names a row (or a list of rows) as a and no b")
+            if claim.also and (list(claim.also) != ["metric"] or claim.also["metric"] not in METRICS):
+                raise ValueError(f"{where}: a value claim's also must be {{metric: one of {', '.join(METRICS)}}}")
             if (claim.target is None) == (not claim.target_metric):
                 raise ValueError(f"{where}: a value claim needs exactly one of target and target_metric")
             if claim.target_metric and claim.target_metric not in METRICS:
@@ -127,6 +133,8 @@ def load_claims() -> tuple[Claim, ...]:
             raise ValueError(f"{where}: better must be lower|higher and expect better|equivalent|value|above")
         if claim.expect == "equivalent" and not claim.margin > 0:
             raise ValueError(f"{where}: an equivalence claim needs a margin > 0")
+        if claim.margin < 0:
+            raise ValueError(f"{where}: a margin must not be negative (better: by more than the margin)")
         if claim.also and (sorted(claim.also) != ["better", "metric"] or claim.also["metric"] not in METRICS
                            or claim.also["better"] not in ("lower", "higher") or claim.expect != "better"):
             raise ValueError(f"{where}: also must be {{metric: one of {', '.join(METRICS)}, better: lower|higher}}, "
@@ -196,8 +204,8 @@ def _paired(a: str, b: str, values: dict[str, dict[int, float]], better: str, ex
     mean, low, high, n = interval(diffs)
     if n < 2:
         result = "inconclusive" if n else "not run"
-    elif expect == "better":
-        result = "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    elif expect == "better":       # by more than the margin (0: at all)
+        result = "holds" if low > margin else "contradicted" if high < margin else "inconclusive"
     else:
         result = _within(low, high, margin)
     return {"verdict": result, "n": n, "diff": mean, "low": low, "high": high,
@@ -229,24 +237,48 @@ def verdict(claim: Claim, values: dict[str, dict[int, float]],
     return {**out, **main, "verdict": combined, "main_verdict": main["verdict"], "also": also}
 
 
-def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
-                  targets: dict[str, dict[int, float]] | None = None) -> dict:
-    """A value claim checked: the row's measured value against the target (fixed, or per seed from
-    `targets`), the deviation value - target with its interval over seeds, and the verdict."""
-    a = claim.a if claim.a in values else None
-    label = f"target {claim.target:g}" if claim.target is not None else f"formula ({claim.target_metric})"
-    out = {"id": claim.id, "a": claim.a, "b": label, "a_row": a, "b_row": None, "metric": claim.metric,
-           "expect": claim.expect, "margin": claim.margin}
-    target_of = (lambda s: claim.target) if claim.target is not None else (lambda s: (targets or {}).get(a, {}).get(s))
-    seeds = [s for s in sorted(values.get(a, {})) if target_of(s) is not None] if a else []
+def _value_part(claim: Claim, row: str, values: dict[str, dict[int, float]],
+                targets: dict[str, dict[int, float]] | None) -> dict:
+    """One row's measured value on one metric against the claim's target: value - target over seeds, its
+    interval, and the part's verdict."""
+    target_of = (lambda s: claim.target) if claim.target is not None else (lambda s: (targets or {}).get(row, {}).get(s))
+    seeds = [s for s in sorted(values.get(row, {})) if target_of(s) is not None]
     if not seeds:
-        return {**out, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+        return {"row": row, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
                 "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
-    mean, low, high, n = interval(values[a][s] - target_of(s) for s in seeds)
-    m = claim.margin + 1e-9               # counts are compared exactly (margin 0), up to float rounding
+    mean, low, high, n = interval(values[row][s] - target_of(s) for s in seeds)
+    # counts are compared exactly (margin 0), up to float rounding; a tolerance below 1e-6 is its own scale
+    m = claim.margin + 1e-9 if claim.margin >= 1e-6 else claim.margin * (1 + 1e-9) or 1e-9
     result = _within(mean, mean, m) if n < 2 else _within(low, high, m)   # one measurement: its value decides
-    return {**out, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
-            "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": interval(target_of(s) for s in seeds)[0]}
+    return {"row": row, "verdict": result, "n": n, "diff": mean, "low": low, "high": high,
+            "a_mean": interval(values[row][s] for s in seeds)[0], "b_mean": interval(target_of(s) for s in seeds)[0]}
+
+
+def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
+                  targets: dict[str, dict[int, float]] | None = None,
+                  also_values: dict[str, dict[int, float]] | None = None) -> dict:
+    """A value claim checked: each row's measured value against the target (fixed, or per seed from `targets`),
+    the deviation value - target with its interval over seeds, and the verdict. Several rows, or a second metric
+    (`also`, its values in also_values), make several parts: the claim holds if every part holds, is contradicted
+    if any is, else inconclusive; the figures shown are those of the part farthest from its target."""
+    rows = [claim.a] if isinstance(claim.a, str) else list(claim.a)
+    label = f"target {claim.target:g}" if claim.target is not None else f"formula ({claim.target_metric})"
+    parts = [{**_value_part(claim, r, values, targets), "metric": claim.metric} for r in rows]
+    if claim.also:
+        parts += [{**_value_part(claim, r, also_values or {}, targets), "metric": claim.also["metric"]} for r in rows]
+    ran = [p for p in parts if p["verdict"] != "not run"]
+    out = {"id": claim.id, "a": claim.a if isinstance(claim.a, str) else ", ".join(rows), "b": label,
+           "metric": claim.metric, "expect": claim.expect, "margin": claim.margin, "b_row": None}
+    if not ran:
+        return {**out, "a_row": None, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+                "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan"), "parts": parts}
+    verdicts = [p["verdict"] for p in parts]
+    result = "holds" if all(v == "holds" for v in verdicts) else "contradicted" if "contradicted" in verdicts \
+        else "inconclusive"
+    worst = max(ran, key=lambda p: abs(p["diff"]))
+    return {**out, "a_row": worst["row"], "verdict": result, "n": min(p["n"] for p in ran), "diff": worst["diff"],
+            "low": worst["low"], "high": worst["high"], "a_mean": worst["a_mean"], "b_mean": worst["b_mean"],
+            "parts": parts if len(parts) > 1 else []}
 
 
 def above_verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
@@ -275,7 +307,8 @@ def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
         elif claim.expect == "value":
             targets = cache.setdefault(claim.target_metric, per_seed(runs, claim.target_metric)) \
                 if claim.target_metric else None
-            out.append({**value_verdict(claim, values, targets), "claim": claim})
+            also = cache.setdefault(claim.also["metric"], per_seed(runs, claim.also["metric"])) if claim.also else None
+            out.append({**value_verdict(claim, values, targets, also), "claim": claim})
         else:
             also = cache.setdefault(claim.also["metric"], per_seed(runs, claim.also["metric"])) if claim.also else None
             out.append({**verdict(claim, values, also), "claim": claim})

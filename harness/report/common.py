@@ -345,7 +345,9 @@ def _claim_value(metric: str, x: float) -> str:
         return f"PPL {math.exp(x):.2f}"
     if metric.endswith("_fade"):                                   # a share's fall, in percentage points
         return f"fade {100 * x:+.1f} points"
-    return f"{x:g}" if metric in ("seq_ops", "path") else f"{x:.2f}"      # counts as counts
+    if metric in ("seq_ops", "path"):                              # counts as counts
+        return f"{x:g}"
+    return f"{x:.2f}" if x == 0 or 0.01 <= abs(x) < 1e6 else f"{x:.3g}"   # a residual's 3.1e-15 as such
 
 
 def regime_note(row: str, diag: dict[str, dict]) -> str:
@@ -403,6 +405,11 @@ def claim_departures(rows: list[str], deps: dict[str, dict[str, tuple]], with_ba
     return out
 
 
+def _num3(x: float) -> str:
+    """A claim figure in three significant digits, whatever its scale (an exponent's 0.12, a residual's 3.1e-15)."""
+    return "–" if x is None or pd.isna(x) else f"{x:.3g}"
+
+
 def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None,
                with_base: bool = True) -> str:
     """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
@@ -418,7 +425,15 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         return (f"{c['a_row']} measured {c['a_mean']:.3g} against the target {c['b_mean']:g} fixed before the runs; "
                 f"the interval [{c['low']:+.3g}, {c['high']:+.3g}] of value − target {side}")
     if c["expect"] == "value":
-        off = f"{c['a_row']} measured {c['a_mean']:.2f}, {abs(c['diff']):.2f} from {c['b_mean']:g}"
+        if c.get("parts"):       # several rows or metrics: each part's deviation, then the verdict's reason
+            each = "; ".join(f"{p['row']} {p['metric']} {_num3(p['diff'])}"
+                             + ("" if pd.isna(p["low"]) else f" [{_num3(p['low'])}, {_num3(p['high'])}]")
+                             + f" ({p['verdict']})" for p in c["parts"])
+            rule = {"holds": f"every part within ±{c['margin']:g}",
+                    "contradicted": f"a part outside ±{c['margin']:g}",
+                    "inconclusive": "no part outside the tolerance, but not every part inside it"}[c["verdict"]]
+            return f"measured − target: {each}; {rule}"
+        off = f"{c['a_row']} measured {_num3(c['a_mean'])}, {_num3(abs(c['diff']))} from {c['b_mean']:g}"
         if c["verdict"] == "holds":
             return f"{off}: within ±{c['margin']:g}"
         return (f"{off}: outside ±{c['margin']:g}; the row's notes in the table above say where its fit parts "
@@ -429,7 +444,8 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
     elif c["verdict"] == "holds":
         notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
-                     + ("lies above 0" if c["expect"] == "better" else f"lies inside ±{c['margin']:g}"))
+                     + (f"lies above {c['margin']:g}" if c["expect"] == "better" else
+                        f"lies inside ±{c['margin']:g}"))
     rests = "it rests on " if c["verdict"] == "holds" else ""
     rows = list(dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r))
     for row in rows:
@@ -447,15 +463,17 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     if c["n"] >= 2 and c["verdict"] == "inconclusive":
         if c["expect"] == "better":
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
-                         "spans 0: the effect, if any, is within the seed-to-seed spread at this scale")
+                         f"spans {c['margin']:g}: the effect, if any, is within the seed-to-seed spread at this scale")
         else:
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
     if c.get("also"):
         x = c["also"]
         notes.append(f"both parts must hold: {c['metric']} {c['main_verdict']}, {x['metric']} {x['verdict']}")
     if c["verdict"] == "contradicted" and c.get("main_verdict", "contradicted") == "contradicted":
-        notes.append(f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
-                     f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["expect"] == "better" else
+        notes.append((f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
+                      f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["margin"] == 0 else
+                      f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies below the margin {c['margin']:g}: "
+                      f"{c['a_row']} is not better than {c['b_row']} by that much") if c["expect"] == "better" else
                      f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
     return "; ".join(notes)
 
@@ -598,6 +616,8 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
                      f"{x['a_mean']:.3g} vs {c['b_row']} {x['b_mean']:.3g}, Δ {what}, n={x['n']} ({x['verdict']})")
         if claim.expect == "equivalent":
             diff += f", margin ±{claim.margin:g}"
+        elif claim.expect == "better" and claim.margin:
+            diff += f", by more than {claim.margin:g}"
         elif claim.expect == "value":
             diff += f", tolerance ±{claim.margin:g}"
         elif claim.expect == "above":
