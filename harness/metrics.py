@@ -44,6 +44,17 @@ CORE: tuple[Metric, ...] = (
     Metric("seq_ops_by_construction", "lower", "sequential operations (construction)", claim="seq_ops_formula"),
     Metric("path_measured_max_n", "lower", "path length", claim="path"),
     Metric("path_formula_max_n", "lower", "path length (formula)", claim="path_formula"),
+    # The paper's statements in its text (studies/statements.yaml, harness/probes/statements.py): log2 of the
+    # crossover n over d, counted and timed (§4); h heads' cost over one head's (§3.2.2); attention's time and
+    # memory by score (§3.2.1); the held-out residual of the best linear map PE_pos -> PE_pos+k (§3.5).
+    Metric("crossover_flops", "", "log2 crossover n / d (FLOPs)", claim="crossover_flops"),
+    Metric("crossover_time", "", "log2 crossover n / d (time)", claim="crossover_time"),
+    Metric("mh_flops_ratio", "", "FLOPs, h heads / 1 head", claim="mh_flops_ratio"),
+    Metric("mh_time_ratio", "", "time, h heads / 1 head", claim="mh_time_ratio"),
+    Metric("attn_ms", "lower", "attention ms (forward + backward)", claim="attn_ms"),
+    Metric("attn_ms", "lower", "attention ln ms", claim="attn_log_ms", transform="log"),
+    Metric("attn_mem_bytes", "lower", "attention memory (bytes)", claim="attn_mem"),
+    Metric("offset_residual", "lower", "held-out residual of PE_pos -> PE_pos+k", claim="offset_residual"),
     # Table 2: the training cost counted
     Metric("train_flops", "lower", "training FLOPs", claim="train_flops"),
     Metric("params", "", "parameters"),

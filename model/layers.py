@@ -54,8 +54,9 @@ def make_norm(cfg: TransformerConfig) -> nn.Module:
     return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
 
 
-def sinusoid_table(n_positions: int, d_model: int) -> torch.Tensor:
+def sinusoid_table(n_positions: int, d_model: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...); wavelengths 2π .. 10000·2π.
+    Computed in float64, returned in `dtype`.
 
     Interleaved as the paper writes it (tensor2tensor concatenates the sin and cos halves instead)."""
     pos = torch.arange(n_positions, dtype=torch.float64)[:, None]                 # (P, 1)
@@ -63,7 +64,7 @@ def sinusoid_table(n_positions: int, d_model: int) -> torch.Tensor:
     table = torch.zeros(n_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)
-    return table.float()                                                          # (P, d_model)
+    return table.to(dtype)                                                        # (P, d_model)
 
 
 class PositionalEncoding(nn.Module):

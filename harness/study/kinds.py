@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from harness.study import kind_inference, kind_scaling, kind_train
+from harness.study import kind_inference, kind_scaling, kind_statement, kind_train
 from harness.study.spec import Selection, Study, StudyFile, read_study_file
 from harness.trial import Trial
 
@@ -52,6 +52,7 @@ KINDS = {
     "train": StudyKind.of("train", kind_train),        # Tables 2, 3 and 4: a model trained and evaluated
     "scaling": StudyKind.of("scaling", kind_scaling),  # Table 1: one layer type timed over n and d
     "inference": StudyKind.of("inference", kind_inference),   # a model shape timed at inference (prefill, decode)
+    "statement": StudyKind.of("statement", kind_statement),   # a statement of the paper's text measured (§3-4)
 }
 
 
