@@ -197,7 +197,14 @@ def ours_caption(results: dict) -> str:
     return f"profile `{tags.get('profile', '?')}`, {corpus}, {trained}, {scored}"
 
 
-def header_lines(study: str, results: dict, caption: str | None = None) -> list[str]:
+def _caption_note(results: dict) -> list[str]:
+    """Below a paper's caption: what ran instead, for a study that trains (a probe study's rows say it)."""
+    if "params.data.name" not in results["runs"]:
+        return ["The title is the paper's caption.", ""]
+    return [f"The title is the paper's caption. Ours: {ours_caption(results)}.", ""]
+
+
+def header_lines(study: str, results: dict, caption: str | None = None, paper_caption: bool = True) -> list[str]:
     """The lines every report opens with: title (with the paper's caption), the do-not-edit note, the
     provenance line the index copies, then command, commit, profile, hardware, MLflow parent run, wall
     time and overhead share (and the sacreBLEU signature where BLEU was scored); ends with a blank line."""
@@ -209,7 +216,7 @@ def header_lines(study: str, results: dict, caption: str | None = None) -> list[
            if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() else None)
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
-             *([f"The title is the paper's caption. Ours: {ours_caption(results)}.", ""] if caption else []),
+             *(_caption_note(results) if caption and paper_caption else []),
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
              provenance_line(parent), "",
              f"- command: `{tags.get('command', '?')}`",
@@ -343,6 +350,8 @@ def _claim_value(metric: str, x: float) -> str:
         return "–"
     if metric.endswith("nll"):                                     # nll, test_nll, long_nll: ln PPL
         return f"PPL {math.exp(x):.2f}"
+    if metric.endswith("log_ms"):                                  # ln milliseconds
+        return f"{math.exp(x):.2f} ms"
     if metric.endswith("_fade"):                                   # a share's fall, in percentage points
         return f"fade {100 * x:+.1f} points"
     if metric in ("seq_ops", "path"):                              # counts as counts

@@ -139,7 +139,7 @@ def plot_ttft(table: pd.DataFrame, path: Path, title: str = "inference") -> Path
 def write_inference(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
     runs = results["runs"]
     table = summarize(runs)
-    lines = header_lines(study, results, "inference cost by model shape")
+    lines = header_lines(study, results, "inference cost by model shape", paper_caption=False)
     if not len(table):
         return write_files(study, out_dir, lines + ["No trial finished."], table, [])
     device, dtype = table["device"].dropna().iloc[0], table["dtype"].dropna().iloc[0]

@@ -18,7 +18,7 @@ import pandas as pd
 from harness import tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
-from harness.report import inference, rows, table1, table2, table3, table4
+from harness.report import inference, rows, statements, table1, table2, table3, table4
 from harness.report.common import _PROVENANCE, declared_table, load_results, report_folder
 from harness.report.evidence import Evidence, changes, holds_less, read_evidence
 
@@ -28,6 +28,8 @@ WRITERS: dict[str, Writer] = {"table1": table1.write_table1, "table2": table2.wr
                               "table3": table3.write_table3, "table4": table4.write_table4,
                               # not a paper table: studies/inference.yaml, found by the study's name
                               "inference": inference.write_inference,
+                              # not a paper table: studies/statements.yaml, the paper's statements in its text
+                              "statements": statements.write_statements,
                               # rows against a base, no paper table (modern.yaml, decoder_only.yaml, heads.yaml, ...)
                               "rows": rows.write_rows}
 # A study without a paper table of its own is laid out as rows against its base (harness/report/rows.py).
