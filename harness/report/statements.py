@@ -204,9 +204,12 @@ def dot_additive_section(done: pd.DataFrame, uri: str) -> tuple[list, list]:
             cells += [num(_mean(b_ms) / _mean(a_ms), "{:.2f}") if a_ms and b_ms else "–",
                       num(_mean(b_mem) / _mean(a_mem), "{:.1f}") if a_mem and b_mem else "–"]
         body.append(cells)
+    totals = []
     for row in rows:
         records.append({"row": row, "measure": "dot_vs_additive", "score": _param(done, row, "score"),
                         "ms_total": _mean(_of(done, row, "attn_ms")), "mem_bytes": _mean(_of(done, row, "attn_mem_bytes"))})
+        totals.append([f"**{row}**", _param(done, row, "score"), bracket_cell(_of(done, row, "attn_ms"), "{:.2f}"),
+                       num(_mean(_of(done, row, "attn_mem_bytes")) / 2**20, "{:.2f}")])
     head = ["d_k"] + [x for row in rows for x in (f"{row}: ms", f"{row}: MiB")] + \
         ([f"time, {rows[1]} / {rows[0]}", f"memory, {rows[1]} / {rows[0]}"] if len(rows) == 2 else [])
     first = rows[0]
@@ -216,7 +219,8 @@ def dot_additive_section(done: pd.DataFrame, uri: str) -> tuple[list, list]:
              f"{_param(done, first, 'd_model')}, h {_param(done, first, 'heads')}, {_param(done, first, 'batch')} "
              f"sentences of {_param(done, first, 'n')} tokens). Time: mean over the seeds (repeats) with its 95 % "
              f"interval. Memory: {memory}. The claim compares the times summed over the d_k and the largest memory.",
-             "", *md_table(head, body), "",
+             "", *md_table(["row", "score", "ms, summed over the d_k", "MiB, the largest"], totals), "",
+             "By d_k:", "", *md_table(head, body), "",
              "Additive attention scores each query-key pair through tanh(W q + U k) · w: written out, it builds a "
              "(batch × heads × queries × keys × d_k) tensor where the dot product builds (batch × heads × queries × "
              "keys), so its memory and time grow d_k times faster.", ""]
