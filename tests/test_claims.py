@@ -77,7 +77,8 @@ def test_every_claim_in_the_file_is_valid_and_names_real_rows():
     paper_rows = load_tables()["table3"]["rows"]
     study_rows = set(yaml.safe_load((Path(__file__).parents[1] / "studies" / "table3.yaml").read_text())["rows"])
     rows3 = set(paper_rows) | study_rows
-    assert study_rows - set(paper_rows) == {"Dbase"}     # the one row of ours: the base on the D rows' data
+    # the rows of ours: the base on the D rows' data, and the base without positions (§3.5's positions_needed)
+    assert study_rows - set(paper_rows) == {"Dbase", "P0"}
     loaded = claims.load_claims()
     assert {c.study for c in loaded} >= {"table2", "table3", "table4", "modern"}
     table3 = [c for c in loaded if c.study == "table3"]
@@ -260,3 +261,62 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
     assert "it rests on departures from the paper that change how its rows compare: `data.train_pairs`" in why
     # A study without a base row (Table 4): only its own rows are compared
     assert claim_departures(["Dbase", "D1"], deps, with_base=False) == []
+
+
+def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
+    """trains_faster_than_rivals: per seed, the training the base needs to reach a rival's best dev BLEU over the
+    rival's own, on each axis; below 1 over seeds for every rival and axis to hold."""
+    from harness.report.rivals import reached
+    curve = [(1e9, 10.0, 5.0), (1e10, 100.0, 15.0), (1e11, 1000.0, 25.0)]
+    assert reached(curve, 15.0, 1) == 100.0 and reached(curve, 20.0, 1) == pytest.approx(550.0)
+    assert reached(curve, 20.0, 0) == pytest.approx(10 ** 10.5)          # interpolated in log FLOPs
+    assert math.isnan(reached(curve, 30.0, 1))
+
+    def fast(scale):            # a curve reaching BLEU 30 at `scale` seconds (and 1e9 x scale FLOPs)
+        return [(1e9 * scale * f, scale * f, 30.0 * f) for f in (0.25, 0.5, 1.0)]
+
+    c = Claim(id="s", study="table2", source="§7", text="t", metric="seconds_to_rival_best", a="base",
+              b=["gnmt", "convs2s"], expect="sooner", also={"metric": "flops_to_rival_best"})
+    seeds = (0, 1, 2)
+    curves = {"base": {s: fast(100 + s) for s in seeds}, "gnmt": {s: fast(400 + 10 * s) for s in seeds},
+              "convs2s": {s: fast(300 - s) for s in seeds}}
+    got = claims.sooner_verdict(c, curves)
+    assert got["verdict"] == "holds" and got["b_row"] == "convs2s" and got["high"] < 1
+    assert len(got["parts"]) == 4 and {p["metric"] for p in got["parts"]} == {"seconds_to_rival_best",
+                                                                                  "flops_to_rival_best"}
+    slow = {**curves, "convs2s": {s: fast(50 + s) for s in seeds}}         # the base takes twice as long
+    assert claims.sooner_verdict(c, slow)["verdict"] == "contradicted"
+    never = {**curves, "gnmt": {s: [(1e9, 1.0, 40.0)] for s in seeds}}    # a rival's best the base never reaches
+    got = claims.sooner_verdict(c, never)
+    assert got["verdict"] == "contradicted" and got["b_row"] == "gnmt"
+    assert claims.sooner_verdict(c, {k: {0: v[0]} for k, v in curves.items()})["verdict"] == "inconclusive"
+    assert claims.sooner_verdict(c, {})["verdict"] == "not run"
+
+
+def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path):
+    """From a store whose rows logged dev BLEU curves (step, curve_bleu, curve_tokens, curve_seconds), the Table 2
+    report computes trains_faster_than_rivals and marks where the base reached each rival's best."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from harness.report.writers import write_report
+    from tests.helpers import finish, start, trial
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp, parent = start(client, "table2", "base,gnmt,convs2s")
+    i = 0
+    for row, scale in (("base", 100.0), ("gnmt", 400.0), ("convs2s", 300.0)):
+        for seed in (0, 1, 2):
+            s = scale * (1 + 0.05 * seed)
+            curve = [Metric(k, v, 0, step) for step, f in ((100, 0.25), (200, 0.5), (300, 1.0))
+                     for k, v in (("curve_bleu", 30.0 * f), ("curve_tokens", 1e4 * f * s), ("curve_seconds", s * f))]
+            trial(client, exp, parent, i, row, seed, "train", "FINISHED", {"data.name": "synth"},
+                  [("dev_ppl", 2.0, 300), ("dev_bleu", 30.0, 300), ("flops_per_target_token", 1e6, 300), *curve])
+            i += 1
+    finish(client, parent, 9, 0)
+    write_report("table2", tmp_path / "reports", uri)
+    text = (tmp_path / "reports" / "table2.md").read_text()
+    line = next(x for x in text.splitlines() if "`trains_faster_than_rivals`" in x)
+    assert "**holds**" in line and "convs2s" in line, line
+    assert "first reached each rival's best dev BLEU (×)" in text
+    assert (tmp_path / "reports" / "table2_bleu_vs_compute.png").exists()

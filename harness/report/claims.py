@@ -20,6 +20,13 @@ comparison); with several seeds their interval decides as for "equivalent". A va
 (`a: [rows]`, one statement measured at several shapes) and a second metric held to the same target (`also:
 {metric}`): it holds if every row holds on every metric, is contradicted if any is, else inconclusive.
 
+Time-to-quality claims ("sooner", Table 2's "trained significantly faster"): row a's dev BLEU curve against
+each row of b (a list of rivals), seed by seed: the training (seconds, or counted FLOPs) at which a first reaches the
+rival's best curve BLEU, over the training at which the rival reached it. Each rival and each axis (`metric`, and
+`also`'s) is a part: it holds if the ratio's interval over seeds lies below 1, is contradicted if it lies above 1
+or if a never reached the rival's best in any seed, inconclusive otherwise (one seed: inconclusive); the claim
+combines its parts as a value claim does. The curves are read from MLflow (the report passes its store).
+
 Threshold claims ("above", the heads probe's): one row's value per seed against a fixed `target` stated in
 claims.yaml before the runs: holds if the interval of value - target lies above 0, contradicted if below,
 inconclusive if it spans 0 (one seed: inconclusive, as for comparisons).
@@ -46,9 +53,14 @@ CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
 CORE_METRICS = core_claim_metrics()
 
 
+# A "sooner" claim's axes: training seconds, or counted training FLOPs, to reach a rival's best dev BLEU (read
+# from the curve_bleu measurement's curves, harness/report/rivals.py: axis 1 and axis 0 of a curve's points).
+SOONER_AXES = {"seconds_to_rival_best": 1, "flops_to_rival_best": 0}
+
+
 def metrics() -> dict[str, tuple[str, str | None]]:
     """Every metric a claim can name: {claims.yaml key: (the final MLflow metric, transform)}."""
-    return {**CORE_METRICS, **claim_metrics()}
+    return {**CORE_METRICS, **claim_metrics(), **{k: ("curve_bleu", "curve") for k in SOONER_AXES}}
 
 
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -122,6 +134,16 @@ def load_claims() -> tuple[Claim, ...]:
                 raise ValueError(f"{where}: target_metric {claim.target_metric!r} is not one of {', '.join(METRICS)}")
             if claim.margin < 0:
                 raise ValueError(f"{where}: a value claim's margin (its tolerance) must not be negative")
+            out.append(claim)
+            continue
+        if claim.expect == "sooner":
+            if not isinstance(claim.a, str) or not isinstance(claim.b, list) or not claim.b or \
+                    not all(isinstance(r, str) for r in claim.b):
+                raise ValueError(f"{where}: a sooner claim names one row as a and a list of rows as b")
+            axes = [claim.metric] + ([claim.also.get("metric")] if claim.also else [])
+            if any(m not in SOONER_AXES for m in axes) or (claim.also and list(claim.also) != ["metric"]):
+                raise ValueError(f"{where}: a sooner claim's metric (and also's) must be one of "
+                                 f"{', '.join(SOONER_AXES)}")
             out.append(claim)
             continue
         if claim.expect == "above":
@@ -296,11 +318,60 @@ def above_verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": float(claim.target)}
 
 
-def check_claims(study: str, runs: pd.DataFrame) -> list[dict]:
-    """Every claim of `study` checked against its runs, in claims.yaml's order."""
+def _sooner_part(base: dict, rival: dict, axis: int) -> dict:
+    """One rival on one axis: the ratio (a's training to reach the rival's best) / (the rival's) over seeds."""
+    from harness.report.rivals import sooner
+    pairs = sooner(base, rival, axis)
+    never = [s for s, (_, _, x_base) in pairs.items() if math.isnan(x_base)]
+    ratios = [x_base / x_rival for _, x_rival, x_base in pairs.values() if not math.isnan(x_base) and x_rival > 0]
+    mean, low, high, n = interval(ratios)
+    if not pairs:
+        verdict_ = "not run"
+    elif len(never) == len(pairs):
+        verdict_ = "contradicted"            # a never reached the rival's best
+    elif never or n < 2:
+        verdict_ = "inconclusive"
+    else:
+        verdict_ = "holds" if high < 1 else "contradicted" if low > 1 else "inconclusive"
+    return {"verdict": verdict_, "n": len(pairs), "diff": mean, "low": low, "high": high, "never": len(never),
+            "a_mean": interval(x for _, _, x in pairs.values())[0] if pairs else float("nan"),
+            "b_mean": interval(x for _, x, _ in pairs.values())[0] if pairs else float("nan")}
+
+
+def sooner_verdict(claim: Claim, curves: dict[str, dict[int, list]]) -> dict:
+    """A sooner claim checked on {row: {seed: curve}} (rivals.curves_by_seed): every rival on every axis a part;
+    the figures shown are those of the part with the largest ratio (a part where a never got there first)."""
+    axes = [claim.metric] + ([claim.also["metric"]] if claim.also else [])
+    base = curves.get(claim.a, {})
+    parts = [{**_sooner_part(base, curves.get(r, {}), SOONER_AXES[m]), "row": r, "metric": m}
+             for m in axes for r in claim.b]
+    out = {"id": claim.id, "a": claim.a, "b": ", ".join(claim.b), "a_row": claim.a if base else None,
+           "metric": claim.metric, "expect": claim.expect, "margin": 0.0, "parts": parts}
+    ran = [p for p in parts if p["verdict"] != "not run"]
+    if not base or not ran:
+        return {**out, "b_row": None, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),
+                "high": float("nan"), "a_mean": float("nan"), "b_mean": float("nan")}
+    verdicts = [p["verdict"] for p in parts]
+    result = "holds" if all(v == "holds" for v in verdicts) else "contradicted" if "contradicted" in verdicts \
+        else "inconclusive"
+    worst = max(ran, key=lambda p: (p["never"] > 0, p["diff"] if not math.isnan(p["diff"]) else math.inf))
+    return {**out, "b_row": worst["row"], "part_metric": worst["metric"], "verdict": result,
+            "n": min(p["n"] for p in ran), "diff": worst["diff"],
+            "low": worst["low"], "high": worst["high"], "a_mean": worst["a_mean"], "b_mean": worst["b_mean"]}
+
+
+def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list[dict]:
+    """Every claim of `study` checked against its runs, in claims.yaml's order (a sooner claim reads its rows'
+    curves from the MLflow store at `uri`; without one it is not run)."""
     out = []
     cache: dict[str, dict] = {}
     for claim in claims_for(study):
+        if claim.expect == "sooner":
+            from harness.report.rivals import curves_by_seed
+            rows = [claim.a, *claim.b]
+            curves = {r: curves_by_seed(runs, uri, r) for r in rows} if uri else {}
+            out.append({**sooner_verdict(claim, curves), "claim": claim})
+            continue
         values = cache.setdefault(claim.metric, per_seed(runs, claim.metric))
         if claim.expect == "above":
             out.append({**above_verdict(claim, values), "claim": claim})

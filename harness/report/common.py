@@ -433,6 +433,17 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         side = {"holds": "lies above 0", "contradicted": "lies below 0", "inconclusive": "spans 0"}[c["verdict"]]
         return (f"{c['a_row']} measured {c['a_mean']:.3g} against the target {c['b_mean']:g} fixed before the runs; "
                 f"the interval [{c['low']:+.3g}, {c['high']:+.3g}] of value − target {side}")
+    if c["expect"] == "sooner":
+        each = "; ".join(
+            f"{p['row']} {p['metric'].split('_to_')[0]}: ratio {_num3(p['diff'])}"
+            + ("" if pd.isna(p["low"]) else f" [{_num3(p['low'])}, {_num3(p['high'])}]")
+            + (f", never reached in {p['never']} of {p['n']} seeds" if p["never"] else "")
+            + f" ({p['verdict']})" for p in c["parts"])
+        rule = {"holds": "every ratio's interval lies below 1",
+                "contradicted": f"{c['a_row']} needed more than a rival, or never reached its best",
+                "inconclusive": "not every ratio's interval lies below 1 (one seed gives none)",
+                "not run": ""}[c["verdict"]]
+        return (f"{c['a_row']}'s training to reach each rival's best dev BLEU over the rival's own: {each}; {rule}")
     if c["expect"] == "value":
         if c.get("parts"):       # several rows or metrics: each part's deviation, then the verdict's reason
             each = "; ".join(f"{p['row']} {p['metric']} {_num3(p['diff'])}"
@@ -542,6 +553,8 @@ def points_the_papers_way(c: dict) -> bool | None:
     if pd.isna(c["diff"]):
         return None
     claim = c["claim"]
+    if claim.expect == "sooner":
+        return c["diff"] < 1
     if claim.expect in ("equivalent", "value"):
         return abs(c["diff"]) <= claim.margin
     return c["diff"] > 0
@@ -567,7 +580,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
     invocation's `parent`, the departures that set a claim's row apart)."""
-    checked = claims.check_claims(study, runs)
+    checked = claims.check_claims(study, runs, uri)
     if not checked:
         return []
     diag = row_diagnostics(runs, uri)
@@ -607,7 +620,13 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         paper = claim.paper
         unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
         a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
-        if claim.expect == "value":      # one row's measurement against the formula
+        if claim.expect == "sooner":     # time to quality against each rival
+            paper_cell = paper.get("finding", "–")
+            ours = (f"{c['a']} against {c['b']}: the slowest part, against {c['b_row']}, took "
+                    f"{_num3(c['a_mean'])} {'seconds' if c['part_metric'].startswith('seconds') else 'FLOPs'} "
+                    f"to reach its best where it took {_num3(c['b_mean'])}"
+                    if c["b_row"] else f"{c['a']} against {c['b']}")
+        elif claim.expect == "value":      # one row's measurement against the formula
             paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
         elif claim.expect == "above":    # one row's measurement against a threshold
             paper_cell = paper.get("finding", "–")
@@ -631,6 +650,10 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
             diff += f", tolerance ±{claim.margin:g}"
         elif claim.expect == "above":
             diff += f", above {claim.target:g}"
+        elif claim.expect == "sooner":
+            diff = ("–" if pd.isna(c["diff"]) else f"ratio {c['diff']:.3f}" if pd.isna(c["low"]) else
+                    f"ratio {c['diff']:.3f} [{c['low']:.3f}, {c['high']:.3f}]") + \
+                f" (the largest part), n={c['n']}, below 1 to hold"
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
                  _claim_why(c, diag, deps, with_base), _registered(claim.id, c, runs)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

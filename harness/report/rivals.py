@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from harness import tracking
 from harness.report.claims import interval
@@ -87,10 +88,10 @@ def plot_agreement(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[str,
 
 # ------------------------------------------------------------------------------------ quality against compute
 
-def curves(runs: pd.DataFrame, uri: str, row: str) -> list[list[tuple[float, float, float]]]:
+def curves_by_seed(runs: pd.DataFrame, uri: str, row: str) -> dict[int, list[tuple[float, float, float]]]:
     """Per finished seed of `row`, its dev BLEU curve as (training FLOPs, training seconds, BLEU) points: the
     curve_bleu rows the loop logged, FLOPs = the row's counted FLOPs per target token x the tokens seen."""
-    out = []
+    out = {}
     for _, run in finished(runs, row).iterrows():
         per_token = run.get("metrics.flops_per_target_token")
         if per_token is None or pd.isna(per_token):
@@ -99,8 +100,8 @@ def curves(runs: pd.DataFrame, uri: str, row: str) -> list[list[tuple[float, flo
                                                                                 "curve_seconds")}
         steps = sorted(set(hist["curve_bleu"]) & set(hist["curve_tokens"]) & set(hist["curve_seconds"]))
         if steps:
-            out.append([(per_token * hist["curve_tokens"][s], hist["curve_seconds"][s], hist["curve_bleu"][s])
-                        for s in steps])
+            out[int(run["tags.seed"])] = [(per_token * hist["curve_tokens"][s], hist["curve_seconds"][s],
+                                           hist["curve_bleu"][s]) for s in steps]
     return out
 
 
@@ -118,11 +119,46 @@ def at_budget(curve: list[tuple[float, float, float]], budget: float, axis: int)
     return pts[-1][1] if pts and math.isclose(pts[-1][0], budget) else float("nan")
 
 
-def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path) -> tuple[list[str], Path | None]:
+def reached(curve: list[tuple[float, float, float]], bleu: float, axis: int) -> float:
+    """Where a curve first reaches `bleu` on axis 0 (FLOPs, interpolated in log FLOPs) or 1 (seconds): between
+    the last point below it and the first at or above it; NaN if it never does."""
+    pts = sorted(curve, key=lambda p: p[axis])
+    for i, p in enumerate(pts):
+        if p[2] >= bleu:
+            if i == 0 or pts[i - 1][2] >= p[2]:
+                return p[axis]
+            (x0, y0), (x1, y1) = (pts[i - 1][axis], pts[i - 1][2]), (p[axis], p[2])
+            f = (bleu - y0) / (y1 - y0)
+            if axis == 0 and x0 > 0:
+                return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+            return x0 + f * (x1 - x0)
+    return float("nan")
+
+
+def sooner(base: dict[int, list], rival: dict[int, list], axis: int) -> dict[int, tuple[float, float, float]]:
+    """Seed by seed (the seeds both rows logged a curve for): the rival's best curve BLEU, the training (FLOPs on
+    axis 0, seconds on axis 1) at which the rival first reached it, and at which the base first reached it (NaN:
+    never)."""
+    out = {}
+    for seed in sorted(set(base) & set(rival)):
+        best = max(p[2] for p in rival[seed])
+        out[seed] = (best, reached(rival[seed], best, axis), reached(base[seed], best, axis))
+    return out
+
+
+def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path,
+                    sooner_rows: tuple[str, tuple[str, ...]] | None = None) -> tuple[list[str], Path | None]:
     """Dev BLEU against training FLOPs and wall time, per row, and each row's BLEU at the smallest row's
-    final budget (equal compute), both ways."""
-    by_row = {row: curves(runs, uri, row) for row in order}
-    by_row = {row: c for row, c in by_row.items() if c}
+    final budget (equal compute), both ways. sooner_rows (a row and its rivals, a "sooner" claim's): where, seed
+    by seed, the row first reached each rival's best dev BLEU and where the rival did, marked on the plot."""
+    by_seed = {row: curves_by_seed(runs, uri, row) for row in order}
+    by_row = {row: [c for _, c in sorted(seeds.items())] for row, seeds in by_seed.items() if seeds}
+    marks = []           # (rival, axis, best BLEU, the rival's x, the row's x)
+    if sooner_rows and sooner_rows[0] in by_seed:
+        for rival in sooner_rows[1]:
+            for axis in (0, 1):
+                for best, x_rival, x_base in sooner(by_seed[sooner_rows[0]], by_seed.get(rival, {}), axis).values():
+                    marks.append((rival, axis, best, x_rival, x_base))
     if not by_row:
         return [], None
     # Equal compute: the budget every row reached, the smallest of the rows' final FLOPs (and seconds).
@@ -145,12 +181,25 @@ def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path) 
              "(interpolated between logged points, in log FLOPs), mean over seeds with its 95 % t-interval.", ""]
     lines += md_table(["row", "seeds", "training FLOPs", "training (min)", "final curve BLEU",
                        f"BLEU at {flops_budget:.2e} FLOPs", f"BLEU at {secs_budget / 60:.1f} min"], body) + [""]
-    return lines, plot_compute(by_row, flops_budget, secs_budget, path)
+    if marks:
+        lines += [f"Marked on the plot (the claim trains_faster_than_rivals reads them): for each seed, where "
+                  f"{sooner_rows[0]} first reached each rival's best dev BLEU (×) and where the rival reached it (○), "
+                  "on both axes.", ""]
+    return lines, plot_compute(by_row, flops_budget, secs_budget, path, marks, sooner_rows[0] if marks else None)
 
 
-def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Path) -> Path:
+def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Path, marks: list = (),
+                 base: str | None = None) -> Path:
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     axes = fig.subplots(1, 2)
+    colour = {row: f"C{i % 10}" for i, row in enumerate(by_row)}
+    for rival, axis, best, x_rival, x_base in marks:
+        scale = 1.0 if axis == 0 else 1 / 60
+        if not math.isnan(x_base):
+            axes[axis].plot([x_base * scale], [best], marker="x", ms=8, mew=2, color=colour.get(base, "k"), ls="none")
+        if not math.isnan(x_rival):
+            axes[axis].plot([x_rival * scale], [best], marker="o", ms=8, mfc="none", mew=1.5,
+                            color=colour.get(rival, "k"), ls="none")
     for i, (row, c) in enumerate(by_row.items()):
         for j, seed in enumerate(c):
             for ax, axis, scale in ((axes[0], 0, 1.0), (axes[1], 1, 1 / 60)):
@@ -164,5 +213,9 @@ def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Pa
                 title="dev BLEU against training compute")
     axes[1].set(xlabel="training time on this machine (min)", ylabel="dev BLEU (greedy, tokenized)",
                 title="dev BLEU against wall time")
+    axes[0].xaxis.set_minor_formatter(NullFormatter())     # decades labelled, no crowded 2x10^11 ... labels
+    if marks:        # what the markers mean, once
+        axes[0].plot([], [], marker="x", ls="none", color="0.3", label=f"{base} reaches a rival's best")
+        axes[0].plot([], [], marker="o", mfc="none", ls="none", color="0.3", label="the rival reaches its best")
     axes[0].legend(fontsize=8)
     return save_png(fig, path)
