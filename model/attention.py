@@ -19,7 +19,7 @@ from .config import TransformerConfig
 from .kernels import Kernels, Packed, attend
 from .layers import ALiBi, Rotary
 
-__all__ = ["reference_attention", "KVCache", "MultiHeadAttention", "Packed"]
+__all__ = ["reference_attention", "KVCache", "WindowKVCache", "MultiHeadAttention", "Packed", "window_mask"]
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
@@ -83,6 +83,54 @@ class StaticKVCache(KVCache):
         return self.k, self.v, visible if mask is None else visible & mask
 
 
+class WindowKVCache(KVCache):
+    """A sliding-window self-attention cache (TransformerConfig.attention_window = r): a ring of r + 1 slots, the
+    position p written at slot p mod (r + 1), so that a layer keeps at most the r + 1 keys a query can see
+    (itself and the r before it) however long the decoding. `positions` holds each slot's position (-1: empty),
+    which the window mask and ALiBi read."""
+
+    positions: torch.Tensor | None = None    # (slots,) the position each slot holds
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, offset: int, mask: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        slots = self.k.size(2)
+        if k.size(2) > 1:
+            raise ValueError("a sliding-window cache takes one position a step (cached decoding); a longer prefix "
+                             "would push out keys its own queries still need")
+        if self.positions is None:
+            self.positions = torch.full((slots,), -1, dtype=torch.long, device=self.k.device)
+        slot = offset % slots
+        self.k[:, :, slot:slot + 1] = k
+        self.v[:, :, slot:slot + 1] = v
+        self.positions[slot] = offset
+        self.length = offset + 1
+        n = min(self.length, slots)                      # slots 0 .. n - 1 are filled
+        return self.k[:, :, :n], self.v[:, :, :n], mask
+
+    def key_positions(self) -> torch.Tensor:
+        """The positions of the keys `write` last returned, in their slot order."""
+        return self.positions[:min(self.length, self.k.size(2))]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        if self.k is None:
+            return
+        n = min(self.length, self.k.size(2))
+        self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
+        self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
+
+
+def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(T, S) boolean (broadcast with `mask`, a key mask, where given), True where the key at k_pos is visible to
+    the query at q_pos: within `window` positions (before it only, with itself, where causal), and allowed by
+    mask. A query always sees its own position, so that no row is masked whole: a padding query whose window
+    holds only padding would otherwise give NaN, which its value would carry into every real query's weighted
+    sum (a zero weight times NaN is NaN)."""
+    d = q_pos.reshape(-1, 1) - k_pos.reshape(1, -1)
+    visible = (d >= 0) & (d <= window) if causal else d.abs() <= window
+    return visible if mask is None else (visible & mask) | (d == 0)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V.
 
@@ -114,6 +162,8 @@ class MultiHeadAttention(nn.Module):
         # does ALiBi bias it.
         self.rotary = Rotary(cfg) if cfg.positional == "rope" and not cross else None
         self.alibi = ALiBi(cfg) if cfg.positional == "alibi" and not cross else None
+        # Sliding-window self-attention (cfg.attention_window; 0: full, the paper's); cross-attention stays full.
+        self.window = 0 if cross else getattr(cfg, "attention_window", 0)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 causal: bool = False, cache: KVCache | None = None, offset: int | torch.Tensor = 0,
@@ -132,20 +182,26 @@ class MultiHeadAttention(nn.Module):
             k, v, mask = cache.write(k, v, offset, mask)
             causal = causal and x.size(1) > 1                        # one query a step: no future key exists
         p_drop, gqa = self.p_attn_drop if self.training else 0.0, self.n_kv_heads != self.n_heads
-        bias = self._alibi(q, k, offset, positions) if self.alibi is not None else None
+        k_pos = cache.key_positions() if isinstance(cache, WindowKVCache) else None
+        bias = self._alibi(q, k, offset, positions, k_pos) if self.alibi is not None else None
+        if self.window and packed is None:         # the window as a mask over token positions (causality in it)
+            q_pos = offset + torch.arange(q.size(-2), device=q.device)
+            k_pos = k_pos if k_pos is not None else torch.arange(k.size(-2), device=q.device)
+            # a captured step's static cache is masked past its slot already; the window masks what lies before
+            mask, causal = window_mask(q_pos, k_pos, self.window, causal or cache is not None, mask), False
         heads = attend(q, k, v, mask, causal, p_drop, packed, self.kernels, gqa,   # head_1 .. head_h: (B, h, T, d_v)
-                       self.scale, self.additive_w, bias)
+                       self.scale, self.additive_w, bias, self.window)
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_v))   # Concat(..) W^O
 
     def _alibi(self, q: torch.Tensor, k: torch.Tensor, offset: int | torch.Tensor,
-               positions: torch.Tensor | None) -> torch.Tensor:
+               positions: torch.Tensor | None, k_pos: torch.Tensor | None = None) -> torch.Tensor:
         """ALiBi's (h, T, S) bias: the queries at positions offset .. offset + T - 1 (or `positions`, a captured
         step's), the keys at 0 .. S - 1 (a self-attention cache's slots are its positions; without a cache the
-        keys are the queries, from 0)."""
+        keys are the queries, from 0), or at k_pos (a sliding-window cache's ring)."""
         T, S = q.size(-2), k.size(-2)
         q_pos = positions if positions is not None else offset + torch.arange(T, device=q.device)
-        return self.alibi(q_pos.reshape(-1), torch.arange(S, device=q.device))
+        return self.alibi(q_pos.reshape(-1), k_pos if k_pos is not None else torch.arange(S, device=q.device))
 
     def _project(self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -169,5 +225,8 @@ class MultiHeadAttention(nn.Module):
     def empty_cache(self, batch: int, max_len: int, like: torch.Tensor) -> KVCache:
         if self.cross:
             return KVCache()
+        if self.window:                   # a ring of the r + 1 keys a query sees, however long the decoding
+            shape = (batch, self.n_kv_heads, min(max_len, self.window + 1))
+            return WindowKVCache(k=like.new_zeros(*shape, self.d_k), v=like.new_zeros(*shape, self.d_v))
         shape = (batch, self.n_kv_heads, max_len)
         return KVCache(k=like.new_zeros(*shape, self.d_k), v=like.new_zeros(*shape, self.d_v))

@@ -62,10 +62,15 @@ class TransformerConfig:
     # al.'s, score_ij = w_h . tanh(q_i + k_j) per head h over the projected queries and keys (a learned w_h of
     # d_k weights per head), which "outperforms dot product attention without scaling for larger values of d_k".
     attention_score: AttentionScore = "scaled"
+    # DEVIATION (not in the paper; default 0, the paper's full attention): sliding-window self-attention, a key
+    # visible to a query within `attention_window` = r positions of it (and still causal in the decoder), as
+    # §4's "restricted self-attention" (neighbourhood r) and Longformer and Mistral use it; cross-attention stays
+    # full. Cached decoding keeps at most r + 1 keys a layer (model/attention.py, WindowKVCache).
+    attention_window: int = 0
 
     # Fields added after studies had run without them: a trial's config hash leaves each out while it holds its
     # default, so that those studies' trials keep their hashes (harness/trial.py, hashed_settings).
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family", "attention_score")
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family", "attention_score", "attention_window")
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
@@ -81,6 +86,10 @@ class TransformerConfig:
         self._check_integers(tuple(DERIVED))
         check_shared(self, (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
                             ("ffn", FFN), ("family", Family), ("attention_score", AttentionScore)))
+        if isinstance(self.attention_window, bool) or not isinstance(self.attention_window, int) or \
+                self.attention_window < 0:
+            raise ConfigError(f"attention_window must be a whole number of positions >= 0 (0: full attention), got "
+                              f"{self.attention_window!r}.")
         if self.word_positions and self.positional in ("rope", "alibi", "none"):
             raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
                               f"or learned, not {self.positional}.")

@@ -93,7 +93,7 @@ class Packed:
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
            causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
            kernel: "Kernels | str" = "sdpa", gqa: bool | None = None, scale: float | None = None,
-           additive: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+           additive: torch.Tensor | None = None, bias: torch.Tensor | None = None, window: int = 0) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V for q (B, h, T, d_k), k (B, h_kv, S, d_k), v (B, h_kv, S, d_v) -> (B, h, T, d_v).
 
     mask: boolean, broadcast to (B, h, T, S), True where a key may be attended, or None. causal: query i sees
@@ -105,12 +105,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     1/sqrt(d_k) (1.0: unscaled dot products); additive, (h, d_k) weights w_h: Bahdanau's w_h . tanh(q_i + k_j),
     always computed written out (`additive_attention`).
     bias: a float bias added to every score, broadcast to (B, h, T, S) (ALiBi's, model/layers.py); the causal and
-    key masks are then folded into it as -inf, and the kernels take it as a float mask."""
+    key masks are then folded into it as -inf, and the kernels take it as a float mask.
+    window: sliding-window attention over a packed batch (each sentence's own positions; a padded batch's window
+    comes in `mask`, which MultiHeadAttention builds from the positions)."""
     gqa = k.size(1) != q.size(1) if gqa is None else gqa
     if packed is not None:
         if bias is not None:
             raise ValueError("a score bias (positional=alibi) needs padded batches; set train.pack false.")
-        return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel, scale, additive)
+        return attend_packed(q, k, v, packed[0], packed[1], causal, dropout_p, gqa, kernel, scale, additive, window)
     if bias is not None:
         mask, causal = _as_bias(bias, mask, causal, q.size(-2), k.size(-2)), False
     if additive is not None:
@@ -249,7 +251,7 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: P
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed, pk: Packed, causal: bool,
                   dropout_p: float, gqa: bool, kernel: "Kernels | str" = "sdpa", scale: float | None = None,
-                  additive: torch.Tensor | None = None) -> torch.Tensor:
+                  additive: torch.Tensor | None = None, window: int = 0) -> torch.Tensor:
     """Attention within each sentence of a packed batch: q (1, h, Nq, d_k), k and v (1, h_kv, Nk, d),
     query sentence i attending to key sentence i only (causally for decoder self-attention).
 
@@ -257,10 +259,11 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
     variable-length flash kernel, which does the arithmetic of each sentence and nothing more. Elsewhere the
     same result the long way: each sentence put back into a padded (sentences x longest) layout, attended with
     the dense kernel, and gathered out. kernel: a model's `Kernels`, or a dense kernel's name (no varlen).
-    scale, additive: §3.2.1's other scores, as `attend` takes them (always through the padded layout)."""
+    scale, additive: §3.2.1's other scores, as `attend` takes them (always through the padded layout); window:
+    sliding-window attention within each sentence (through the padded layout too)."""
     kernels = kernel if isinstance(kernel, Kernels) else Kernels(requested="sdpa", dense=kernel)
     if (kernels.varlen and dropout_p == 0 and q.dtype in (torch.bfloat16, torch.float16) and scale is None
-            and additive is None):
+            and additive is None and not window):
         try:
             out = _varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), pq, pk, causal, gqa)
             return out.transpose(0, 1)[None]                               # (Nq, h, d_v) -> (1, h, Nq, d_v)
@@ -275,6 +278,11 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
         return out
     # Causal self-attention needs no key mask (right padding lies in every real query's future).
     mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
+    if window:       # within each sentence: its positions are the padded layout's 0 .. L - 1
+        from .attention import window_mask
+        mask = window_mask(torch.arange(pq.max_len, device=q.device), torch.arange(pk.max_len, device=q.device),
+                           window, causal, mask)
+        causal = False
     out = attend(padded(q, pq), padded(k, pk), padded(v, pk), mask, causal, dropout_p, kernel=kernels.dense,
                  gqa=gqa, scale=scale, additive=additive)
     return out[pq.seq, :, pq.pos].transpose(0, 1)[None]                 # (1, h, Nq, d_v)

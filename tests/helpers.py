@@ -34,6 +34,10 @@ VARIANTS = {
     "depths": dict(n_enc_layers=3, n_dec_layers=1),
     "attn_drop": dict(p_attn_drop=0.1),
     "modern": dict(positional="rope", norm_position="pre", norm="rms", ffn="swiglu", n_kv_heads=2),
+    # sliding-window self-attention (r = 2): a ring cache of 3 keys, with each kind of position
+    "window": dict(attention_window=2),
+    "window_rope": dict(attention_window=2, positional="rope"),
+    "window_alibi": dict(attention_window=2, positional="alibi"),
 }
 
 

@@ -146,7 +146,7 @@ def test_seeded_forward_is_golden():
 GOLDEN_MEAN, GOLDEN_STD = 0.047786958515644073, 1.1008261442184448
 
 
-@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms", "dk_dv"])
+@pytest.mark.parametrize("name", ["paper", "rope", "learned", "gqa", "pre_rms", "dk_dv", "window", "window_rope"])
 def test_a_packed_batch_gives_each_sentence_what_the_padded_batch_gives_it(name):
     from model.attention import Packed
     torch.manual_seed(0)

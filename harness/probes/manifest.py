@@ -54,7 +54,8 @@ def manifest(settings: dict) -> dict:
             "d_model": cfg.d_model,
             "attention": _attention_kind(cfg.n_heads, cfg.n_kv_heads) + (
                 f" ({settings['attention_score']} scores)" if settings.get("attention_score", "scaled") != "scaled"
-                else ""),
+                else "") + (f", sliding window {window} (a cache of at most {window + 1} tokens a layer)"
+                            if (window := int(settings.get("attention_window", 0) or 0)) else ""),
             "query_heads": cfg.n_heads,
             "kv_heads": cfg.n_kv_heads,
             "head_dim": cfg.d_k if cfg.d_k == cfg.d_v else f"{cfg.d_k} (keys), {cfg.d_v} (values)",
