@@ -10,16 +10,19 @@ built; every kernel is held to `reference_attention` by the tests.
 
 from __future__ import annotations
 
+import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .config import TransformerConfig
-from .kernels import Kernels, Packed, attend
+from .kernels import Kernels, Packed, attend, window_mask
 from .layers import ALiBi, Rotary
 
-__all__ = ["reference_attention", "KVCache", "WindowKVCache", "MultiHeadAttention", "Packed", "window_mask"]
+__all__ = ["reference_attention", "KVCache", "Int8Rows", "WindowKVCache", "MultiHeadAttention", "Packed",
+           "kv_cache_dtype", "window_mask"]
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
@@ -35,6 +38,62 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     return scores.softmax(dim=-1) @ v
 
 
+class Int8Rows:
+    """A cache buffer held as int8, one float16 scale per row (sentence, head, position): a row x is stored as
+    round(x / s) with s = max|x| / 127, and read back as q * s in the dtype it was written in. Indexed over the
+    first three dimensions as the tensor it stands for (writes quantize, reads dequantize)."""
+
+    def __init__(self, shape: tuple[int, ...], like: torch.Tensor):
+        self.q = torch.zeros(shape, dtype=torch.int8, device=like.device)
+        self.scale = torch.zeros(*shape[:-1], 1, dtype=torch.float16, device=like.device)
+        self.dtype = like.dtype
+
+    @classmethod
+    def of(cls, x: torch.Tensor) -> "Int8Rows":
+        rows = cls(tuple(x.shape), x)
+        rows[:, :, :] = x
+        return rows
+
+    def __setitem__(self, index, x: torch.Tensor) -> None:
+        s = (x.detach().abs().amax(-1, keepdim=True).float() / 127).clamp_min(1e-8).to(torch.float16)
+        self.q[index] = (x.float() / s.float()).round().clamp(-127, 127).to(torch.int8)
+        self.scale[index] = s
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return (self.q[index].float() * self.scale[index].float()).to(self.dtype)
+
+    def size(self, dim: int | None = None):
+        return self.q.size() if dim is None else self.q.size(dim)
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    def nbytes(self) -> int:
+        return self.q.numel() + self.scale.numel() * self.scale.element_size()
+
+
+@contextmanager
+def kv_cache_dtype(model: nn.Module, dtype: str):
+    """Decode `model` with its caches in `dtype` ("model" or "int8") inside the block, whatever it was built with:
+    every attention layer's flag and the model's config (which decoding reads) are set, then restored."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    old_cfg, old = model.cfg, [m.int8_cache for m in layers]
+    model.cfg = dataclasses.replace(model.cfg, kv_cache_dtype=dtype)
+    for m in layers:
+        m.int8_cache = dtype == "int8"
+    try:
+        yield model
+    finally:
+        model.cfg = old_cfg
+        for m, flag in zip(layers, old):
+            m.int8_cache = flag
+
+
+def _nbytes(t) -> int:
+    return 0 if t is None else t.nbytes() if isinstance(t, Int8Rows) else t.numel() * t.element_size()
+
+
 @dataclass
 class KVCache:
     """Keys and values of one attention layer kept across decoding steps.
@@ -42,9 +101,21 @@ class KVCache:
     Self-attention: buffers of the full decoding length, filled one step at a time (no re-allocation).
     Cross-attention: the projected encoder memory, computed on the first step and reused."""
 
-    k: torch.Tensor | None = None       # (B, h_kv, T_max, d_k)
+    k: torch.Tensor | None = None       # (B, h_kv, T_max, d_k), or its Int8Rows
     v: torch.Tensor | None = None       # (B, h_kv, T_max, d_v)
     length: int = 0
+    int8: bool = False                  # a cross-attention cache: store the projected memory as Int8Rows
+
+    def store(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention: keep the projected memory (int8 where asked) and return it as every step reads it."""
+        self.k, self.v = (Int8Rows.of(k), Int8Rows.of(v)) if self.int8 else (k, v)
+        return self.whole()
+
+    def whole(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A cross-attention cache's keys and values, read back whole."""
+        if isinstance(self.k, Int8Rows):
+            return self.k[:, :, :], self.v[:, :, :]
+        return self.k, self.v
 
     def write(self, k: torch.Tensor, v: torch.Tensor, offset: int, mask: torch.Tensor | None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -67,7 +138,7 @@ class KVCache:
         self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
+        return _nbytes(self.k) + _nbytes(self.v)
 
 
 class StaticKVCache(KVCache):
@@ -119,18 +190,6 @@ class WindowKVCache(KVCache):
         self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
 
 
-def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(T, S) boolean (broadcast with `mask`, a key mask, where given), True where the key at k_pos is visible to
-    the query at q_pos: within `window` positions (before it only, with itself, where causal), and allowed by
-    mask. A query always sees its own position, so that no row is masked whole: a padding query whose window
-    holds only padding would otherwise give NaN, which its value would carry into every real query's weighted
-    sum (a zero weight times NaN is NaN)."""
-    d = q_pos.reshape(-1, 1) - k_pos.reshape(1, -1)
-    visible = (d >= 0) & (d <= window) if causal else d.abs() <= window
-    return visible if mask is None else (visible & mask) | (d == 0)
-
-
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V.
 
@@ -164,6 +223,7 @@ class MultiHeadAttention(nn.Module):
         self.alibi = ALiBi(cfg) if cfg.positional == "alibi" and not cross else None
         # Sliding-window self-attention (cfg.attention_window; 0: full, the paper's); cross-attention stays full.
         self.window = 0 if cross else getattr(cfg, "attention_window", 0)
+        self.int8_cache = getattr(cfg, "kv_cache_dtype", "model") == "int8"     # decoding's caches as Int8Rows
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 causal: bool = False, cache: KVCache | None = None, offset: int | torch.Tensor = 0,
@@ -211,11 +271,11 @@ class MultiHeadAttention(nn.Module):
             return self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
         q = self._heads(self.q_proj(x), self.n_heads)
         if cache is not None and cache.k is not None:                # the memory, projected at the first step
-            return q, cache.k, cache.v
+            return q, *cache.whole()
         k, v = self.kv_proj(memory).split((k_dim, v_dim), dim=-1)
         k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
         if cache is not None:
-            cache.k, cache.v = k, v
+            k, v = cache.store(k, v)
         return q, k, v
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -224,9 +284,9 @@ class MultiHeadAttention(nn.Module):
 
     def empty_cache(self, batch: int, max_len: int, like: torch.Tensor) -> KVCache:
         if self.cross:
-            return KVCache()
-        if self.window:                   # a ring of the r + 1 keys a query sees, however long the decoding
-            shape = (batch, self.n_kv_heads, min(max_len, self.window + 1))
-            return WindowKVCache(k=like.new_zeros(*shape, self.d_k), v=like.new_zeros(*shape, self.d_v))
-        shape = (batch, self.n_kv_heads, max_len)
-        return KVCache(k=like.new_zeros(*shape, self.d_k), v=like.new_zeros(*shape, self.d_v))
+            return KVCache(int8=self.int8_cache)
+        # a window's ring holds the r + 1 keys a query sees, however long the decoding
+        slots = min(max_len, self.window + 1) if self.window else max_len
+        shape = (batch, self.n_kv_heads, slots)
+        buffer = (lambda d: Int8Rows((*shape, d), like)) if self.int8_cache else (lambda d: like.new_zeros(*shape, d))
+        return (WindowKVCache if self.window else KVCache)(k=buffer(self.d_k), v=buffer(self.d_v))

@@ -26,9 +26,10 @@ def _stepper(model: Seq2SeqModel, memory: torch.Tensor, mask: torch.Tensor | Non
     cache = model.new_cache(rows, steps, memory)
     # Word positions depend on the tokens so far, which a captured step does not see: they decode eagerly.
     # A family whose step cannot be captured (no `capturable`) always steps eagerly.
-    # A sliding-window cache is a ring whose slots are not positions: it decodes eagerly too.
+    # A sliding-window cache is a ring whose slots are not positions, and an int8 cache is written through its
+    # quantizer: both decode eagerly too.
     capturable = getattr(model, "capturable", False) and not getattr(model.cfg, "word_positions", False) \
-        and not getattr(model.cfg, "attention_window", 0)
+        and not getattr(model.cfg, "attention_window", 0) and getattr(model.cfg, "kv_cache_dtype", "model") == "model"
     if capturable and (graph or (graph is None and memory.device.type == "cuda")):
         step = StepGraph(model, memory, mask, cache)
         return step.cache, lambda tokens, t: step(tokens[:, -1], t)

@@ -90,6 +90,18 @@ class Packed:
                       self.max_len)
 
 
+def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(T, S) boolean (broadcast with `mask`, a key mask, where given), True where the key at k_pos is visible to
+    the query at q_pos: within `window` positions (before it only, with itself, where causal), and allowed by
+    mask. A query always sees its own position, so that no row is masked whole: a padding query whose window
+    holds only padding would otherwise give NaN, which its value would carry into every real query's weighted
+    sum (a zero weight times NaN is NaN)."""
+    d = q_pos.reshape(-1, 1) - k_pos.reshape(1, -1)
+    visible = (d >= 0) & (d <= window) if causal else d.abs() <= window
+    return visible if mask is None else (visible & mask) | (d == 0)
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
            causal: bool = False, dropout_p: float = 0.0, packed: tuple[Packed, Packed] | None = None,
            kernel: "Kernels | str" = "sdpa", gqa: bool | None = None, scale: float | None = None,
@@ -279,7 +291,6 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pq: Packed,
     # Causal self-attention needs no key mask (right padding lies in every real query's future).
     mask = None if causal else (torch.arange(pk.max_len, device=q.device) < pk.lengths[:, None])[:, None, None, :]
     if window:       # within each sentence: its positions are the padded layout's 0 .. L - 1
-        from .attention import window_mask
         mask = window_mask(torch.arange(pq.max_len, device=q.device), torch.arange(pk.max_len, device=q.device),
                            window, causal, mask)
         causal = False

@@ -245,8 +245,8 @@ class Transformer(nn.Module):
     # --- incremental decoding ---
 
     def new_cache(self, batch: int, max_len: int, like: torch.Tensor) -> list[tuple[KVCache, KVCache]]:
-        return [(layer.self_attn.sublayer.empty_cache(batch, max_len, like), KVCache())
-                for layer in self.decoder.layers]
+        return [(layer.self_attn.sublayer.empty_cache(batch, max_len, like),
+                 layer.cross_attn.sublayer.empty_cache(batch, max_len, like)) for layer in self.decoder.layers]
 
     def reorder_cache(self, cache: list[tuple[KVCache, KVCache]], rows: torch.Tensor) -> None:
         """Keep the self-attention caches of the beams that survive a beam-search step (rows: their indices);

@@ -266,7 +266,7 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
 def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
     """trains_faster_than_rivals: per seed, the training the base needs to reach a rival's best dev BLEU over the
     rival's own, on each axis; below 1 over seeds for every rival and axis to hold."""
-    from harness.report.rivals import reached
+    from harness.report.claims import reached
     curve = [(1e9, 10.0, 5.0), (1e10, 100.0, 15.0), (1e11, 1000.0, 25.0)]
     assert reached(curve, 15.0, 1) == 100.0 and reached(curve, 20.0, 1) == pytest.approx(550.0)
     assert reached(curve, 20.0, 0) == pytest.approx(10 ** 10.5)          # interpolated in log FLOPs

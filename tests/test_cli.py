@@ -228,7 +228,7 @@ def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
     code, out, _ = run(capsys, "list", "studies")
     assert code == 0 and any(ln.startswith("table3 ") and "multi30k" in ln for ln in out.splitlines())
     code, out, _ = run(capsys, "list", "profiles", "table3")
-    assert code == 0 and "multi30k      20 rows, seeds 0,1,2, 60 trials; needs data" in out
+    assert code == 0 and "multi30k      21 rows, seeds 0,1,2, 63 trials; needs data" in out
     code, out, _ = run(capsys, "list", "rows", "table3", "--profile", "tiny")
     assert code == 0 and '  A1             {"n_heads": 1, "d_k": 512, "d_v": 512}' in out and "Dbase" in out
     code, out, _ = run(capsys, "list", "claims", "transformer_tiny")

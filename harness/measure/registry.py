@@ -38,7 +38,8 @@ from harness.metrics import Metric
 __all__ = ["BUILTIN", "Context", "Measurement", "Metric", "SectionContext", "register", "measurements"]
 
 BUILTIN = ("harness.measure.agreement", "harness.measure.curve_bleu", "harness.measure.source_attention",
-           "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads")
+           "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads",
+           "harness.measure.kv_int8")
 
 
 @dataclass

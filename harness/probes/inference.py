@@ -50,6 +50,8 @@ def kv_formula(cfg, element_bytes: int) -> dict[str, int]:
     layer, 2 x layers x kv_heads x head_dim x bytes (keys d_k, values d_v); per source token the
     encoder-decoder's cross-attention cache, or the decoder-only model's prefilled cache (the same per token)."""
     per_layer = cfg.n_kv_heads * (cfg.d_k + cfg.d_v) * element_bytes
+    if getattr(cfg, "kv_cache_dtype", "model") == "int8":     # int8 numbers and a float16 scale a row (k and v)
+        per_layer = cfg.n_kv_heads * (cfg.d_k + cfg.d_v) + 2 * cfg.n_kv_heads * 2
     layers = cfg.n_layers if cfg.family == "decoder_only" else cfg.n_dec_layers
     return {"kv_bytes_per_token": layers * per_layer, "kv_bytes_per_source_token": layers * per_layer}
 

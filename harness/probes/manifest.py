@@ -3,7 +3,8 @@ beside every run (architecture.json), logged to MLflow with each trial (as an ar
 which compute it from the settings each trial logged. A function of the resolved model settings (a plain dict, the
 values as config.json or MLflow's params hold them), importing nothing, so that the reports can call it.
 
-KV-cache bytes are what incremental decoding keeps per token at bf16 (2 bytes a number):
+KV-cache bytes are what incremental decoding keeps per token at bf16 (2 bytes a number; with kv_cache_dtype int8
+also `kv_bytes_per_token_int8`, one byte a number and a float16 scale per head and position for keys and values):
 - per generated (target) token: the self-attention keys and values every decoder layer appends,
   layers x kv_heads x (d_k + d_v) x 2; the decoder-only model's cache grows by the same for every source
   token too (its prefill), which `kv_bytes_per_source_token` counts;
@@ -64,6 +65,10 @@ def manifest(settings: dict) -> dict:
             "norm": f"{'LayerNorm' if cfg.norm == 'layer' else 'RMSNorm'}, {cfg.norm_position}-norm",
             "ffn": f"{cfg.ffn}, d_ff {cfg.d_ff}",
         }
+        if settings.get("kv_cache_dtype", "model") == "int8":    # int8 rows, a float16 scale each (k and v)
+            out["kv_cache"] = "int8, a float16 scale per head and position"
+            layers = cfg.n_layers if decoder_only else cfg.n_dec_layers
+            out["kv_bytes_per_token_int8"] = layers * (cfg.n_kv_heads * (cfg.d_k + cfg.d_v) + 2 * cfg.n_kv_heads * 2)
         if decoder_only:
             out["kv_bytes_per_target_token_bf16"] = cfg.n_layers * kv
             out["kv_bytes_per_source_token_bf16"] = cfg.n_layers * kv

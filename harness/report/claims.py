@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import tracking
 from harness.io import load_yaml
 from harness.measure.registry import claim_metrics
 from harness.metrics import claim_metrics as core_claim_metrics
@@ -318,9 +319,55 @@ def above_verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
             "a_mean": interval(values[a][s] for s in seeds)[0], "b_mean": float(claim.target)}
 
 
+# ------------------------------------------------------------------------------------ dev BLEU curves (sooner)
+
+def curves_by_seed(runs: pd.DataFrame, uri: str, row: str) -> dict[int, list[tuple[float, float, float]]]:
+    """Per finished seed of `row`, its dev BLEU curve as (training FLOPs, training seconds, BLEU) points: the
+    curve_bleu rows the loop logged, FLOPs = the row's counted FLOPs per target token x the tokens seen."""
+    out = {}
+    done = runs[(runs["tags.row"].astype(str) == row) & (runs["status"] == "FINISHED")]
+    for _, run in done.iterrows():
+        per_token = run.get("metrics.flops_per_target_token")
+        if per_token is None or pd.isna(per_token):
+            continue
+        hist = {k: dict(tracking.metric_history(uri, run["run_id"], k)) for k in ("curve_bleu", "curve_tokens",
+                                                                                "curve_seconds")}
+        steps = sorted(set(hist["curve_bleu"]) & set(hist["curve_tokens"]) & set(hist["curve_seconds"]))
+        if steps:
+            out[int(run["tags.seed"])] = [(per_token * hist["curve_tokens"][s], hist["curve_seconds"][s],
+                                           hist["curve_bleu"][s]) for s in steps]
+    return out
+
+
+def reached(curve: list[tuple[float, float, float]], bleu: float, axis: int) -> float:
+    """Where a curve first reaches `bleu` on axis 0 (FLOPs, interpolated in log FLOPs) or 1 (seconds): between
+    the last point below it and the first at or above it; NaN if it never does."""
+    pts = sorted(curve, key=lambda p: p[axis])
+    for i, p in enumerate(pts):
+        if p[2] >= bleu:
+            if i == 0 or pts[i - 1][2] >= p[2]:
+                return p[axis]
+            (x0, y0), (x1, y1) = (pts[i - 1][axis], pts[i - 1][2]), (p[axis], p[2])
+            f = (bleu - y0) / (y1 - y0)
+            if axis == 0 and x0 > 0:
+                return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+            return x0 + f * (x1 - x0)
+    return float("nan")
+
+
+def sooner(base: dict[int, list], rival: dict[int, list], axis: int) -> dict[int, tuple[float, float, float]]:
+    """Seed by seed (the seeds both rows logged a curve for): the rival's best curve BLEU, the training (FLOPs on
+    axis 0, seconds on axis 1) at which the rival first reached it, and at which the base first reached it (NaN:
+    never)."""
+    out = {}
+    for seed in sorted(set(base) & set(rival)):
+        best = max(p[2] for p in rival[seed])
+        out[seed] = (best, reached(rival[seed], best, axis), reached(base[seed], best, axis))
+    return out
+
+
 def _sooner_part(base: dict, rival: dict, axis: int) -> dict:
     """One rival on one axis: the ratio (a's training to reach the rival's best) / (the rival's) over seeds."""
-    from harness.report.rivals import sooner
     pairs = sooner(base, rival, axis)
     never = [s for s, (_, _, x_base) in pairs.items() if math.isnan(x_base)]
     ratios = [x_base / x_rival for _, x_rival, x_base in pairs.values() if not math.isnan(x_base) and x_rival > 0]
@@ -367,7 +414,6 @@ def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list
     cache: dict[str, dict] = {}
     for claim in claims_for(study):
         if claim.expect == "sooner":
-            from harness.report.rivals import curves_by_seed
             rows = [claim.a, *claim.b]
             curves = {r: curves_by_seed(runs, uri, r) for r in rows} if uri else {}
             out.append({**sooner_verdict(claim, curves), "claim": claim})

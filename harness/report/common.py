@@ -576,6 +576,50 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
             f"{rerun}{cost} gives verdicts.")
 
 
+def _claim_cells(c: dict) -> tuple[str, str, str]:
+    """A checked claim's cells: the paper's figures, ours (a against b, or against the target), and the
+    difference with its interval and what the claim asks of it."""
+    claim = c["claim"]
+    paper = claim.paper
+    unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
+    a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
+    if claim.expect == "sooner":     # time to quality against each rival
+        paper_cell = paper.get("finding", "–")
+        ours = (f"{c['a']} against {c['b']}: the slowest part, against {c['b_row']}, took "
+                f"{_num3(c['a_mean'])} {'seconds' if c['part_metric'].startswith('seconds') else 'FLOPs'} "
+                f"to reach its best where it took {_num3(c['b_mean'])}"
+                if c["b_row"] else f"{c['a']} against {c['b']}")
+    elif claim.expect == "value":      # one row's measurement against the formula
+        paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
+    elif claim.expect == "above":    # one row's measurement against a threshold
+        paper_cell = paper.get("finding", "–")
+        ours = f"{c['a']}: {c['a_mean']:.3g} against {c['b_mean']:g}"
+    else:
+        paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
+        ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
+    diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
+            f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
+    if c.get("also"):        # a second comparison of the same rows, which must hold too
+        x = c["also"]
+        what = "–" if pd.isna(x["diff"]) else f"{x['diff']:+.3g}" if pd.isna(x["low"]) else \
+            f"{x['diff']:+.3g} [{x['low']:+.3g}, {x['high']:+.3g}]"
+        diff += (f" ({c['main_verdict']}); and {x['metric']} ({claim.also['better']} is better): {c['a_row']} "
+                 f"{x['a_mean']:.3g} vs {c['b_row']} {x['b_mean']:.3g}, Δ {what}, n={x['n']} ({x['verdict']})")
+    if claim.expect == "equivalent":
+        diff += f", margin ±{claim.margin:g}"
+    elif claim.expect == "better" and claim.margin:
+        diff += f", by more than {claim.margin:g}"
+    elif claim.expect == "value":
+        diff += f", tolerance ±{claim.margin:g}"
+    elif claim.expect == "above":
+        diff += f", above {claim.target:g}"
+    elif claim.expect == "sooner":
+        diff = ("–" if pd.isna(c["diff"]) else f"ratio {c['diff']:.3f}" if pd.isna(c["low"]) else
+                f"ratio {c['diff']:.3f} [{c['low']:.3f}, {c['high']:.3f}]") + \
+            f" (the largest part), n={c['n']}, below 1 to hold"
+    return paper_cell, ours, diff
+
+
 def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None = None) -> list[str]:
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
@@ -617,43 +661,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
                      "(with several seeds, if its interval does), contradicted otherwise.")
     for c in checked:
         claim = c["claim"]
-        paper = claim.paper
-        unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
-        a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
-        if claim.expect == "sooner":     # time to quality against each rival
-            paper_cell = paper.get("finding", "–")
-            ours = (f"{c['a']} against {c['b']}: the slowest part, against {c['b_row']}, took "
-                    f"{_num3(c['a_mean'])} {'seconds' if c['part_metric'].startswith('seconds') else 'FLOPs'} "
-                    f"to reach its best where it took {_num3(c['b_mean'])}"
-                    if c["b_row"] else f"{c['a']} against {c['b']}")
-        elif claim.expect == "value":      # one row's measurement against the formula
-            paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
-        elif claim.expect == "above":    # one row's measurement against a threshold
-            paper_cell = paper.get("finding", "–")
-            ours = f"{c['a']}: {c['a_mean']:.3g} against {c['b_mean']:g}"
-        else:
-            paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
-            ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
-        diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
-                f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
-        if c.get("also"):        # a second comparison of the same rows, which must hold too
-            x = c["also"]
-            what = "–" if pd.isna(x["diff"]) else f"{x['diff']:+.3g}" if pd.isna(x["low"]) else \
-                f"{x['diff']:+.3g} [{x['low']:+.3g}, {x['high']:+.3g}]"
-            diff += (f" ({c['main_verdict']}); and {x['metric']} ({claim.also['better']} is better): {c['a_row']} "
-                     f"{x['a_mean']:.3g} vs {c['b_row']} {x['b_mean']:.3g}, Δ {what}, n={x['n']} ({x['verdict']})")
-        if claim.expect == "equivalent":
-            diff += f", margin ±{claim.margin:g}"
-        elif claim.expect == "better" and claim.margin:
-            diff += f", by more than {claim.margin:g}"
-        elif claim.expect == "value":
-            diff += f", tolerance ±{claim.margin:g}"
-        elif claim.expect == "above":
-            diff += f", above {claim.target:g}"
-        elif claim.expect == "sooner":
-            diff = ("–" if pd.isna(c["diff"]) else f"ratio {c['diff']:.3f}" if pd.isna(c["low"]) else
-                    f"ratio {c['diff']:.3f} [{c['low']:.3f}, {c['high']:.3f}]") + \
-                f" (the largest part), n={c['n']}, below 1 to hold"
+        paper_cell, ours, diff = _claim_cells(c)
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
                  _claim_why(c, diag, deps, with_base), _registered(claim.id, c, runs)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

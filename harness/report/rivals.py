@@ -12,8 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from harness import tracking
-from harness.report.claims import interval
+from harness.report.claims import curves_by_seed, interval, sooner
 from harness.report.common import bracket_cell, finished, md_table, no_data, num, save_png
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
@@ -88,23 +87,6 @@ def plot_agreement(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[str,
 
 # ------------------------------------------------------------------------------------ quality against compute
 
-def curves_by_seed(runs: pd.DataFrame, uri: str, row: str) -> dict[int, list[tuple[float, float, float]]]:
-    """Per finished seed of `row`, its dev BLEU curve as (training FLOPs, training seconds, BLEU) points: the
-    curve_bleu rows the loop logged, FLOPs = the row's counted FLOPs per target token x the tokens seen."""
-    out = {}
-    for _, run in finished(runs, row).iterrows():
-        per_token = run.get("metrics.flops_per_target_token")
-        if per_token is None or pd.isna(per_token):
-            continue
-        hist = {k: dict(tracking.metric_history(uri, run["run_id"], k)) for k in ("curve_bleu", "curve_tokens",
-                                                                                "curve_seconds")}
-        steps = sorted(set(hist["curve_bleu"]) & set(hist["curve_tokens"]) & set(hist["curve_seconds"]))
-        if steps:
-            out[int(run["tags.seed"])] = [(per_token * hist["curve_tokens"][s], hist["curve_seconds"][s],
-                                           hist["curve_bleu"][s]) for s in steps]
-    return out
-
-
 def at_budget(curve: list[tuple[float, float, float]], budget: float, axis: int) -> float:
     """The curve's BLEU at `budget` on axis 0 (FLOPs, interpolated in log FLOPs) or 1 (seconds): NaN outside
     the points it logged."""
@@ -117,33 +99,6 @@ def at_budget(curve: list[tuple[float, float, float]], budget: float, axis: int)
                 (budget - x0) / (x1 - x0)
             return y0 + f * (y1 - y0)
     return pts[-1][1] if pts and math.isclose(pts[-1][0], budget) else float("nan")
-
-
-def reached(curve: list[tuple[float, float, float]], bleu: float, axis: int) -> float:
-    """Where a curve first reaches `bleu` on axis 0 (FLOPs, interpolated in log FLOPs) or 1 (seconds): between
-    the last point below it and the first at or above it; NaN if it never does."""
-    pts = sorted(curve, key=lambda p: p[axis])
-    for i, p in enumerate(pts):
-        if p[2] >= bleu:
-            if i == 0 or pts[i - 1][2] >= p[2]:
-                return p[axis]
-            (x0, y0), (x1, y1) = (pts[i - 1][axis], pts[i - 1][2]), (p[axis], p[2])
-            f = (bleu - y0) / (y1 - y0)
-            if axis == 0 and x0 > 0:
-                return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
-            return x0 + f * (x1 - x0)
-    return float("nan")
-
-
-def sooner(base: dict[int, list], rival: dict[int, list], axis: int) -> dict[int, tuple[float, float, float]]:
-    """Seed by seed (the seeds both rows logged a curve for): the rival's best curve BLEU, the training (FLOPs on
-    axis 0, seconds on axis 1) at which the rival first reached it, and at which the base first reached it (NaN:
-    never)."""
-    out = {}
-    for seed in sorted(set(base) & set(rival)):
-        best = max(p[2] for p in rival[seed])
-        out[seed] = (best, reached(rival[seed], best, axis), reached(base[seed], best, axis))
-    return out
 
 
 def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path,
