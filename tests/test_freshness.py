@@ -37,7 +37,6 @@ STALE = {
     "reports/table4.md": {"registration column"},
     "reports/modern.md": {"rows", "departures", "claim ids", "registration column"},
     "reports/decoder_only.md": {"registration column"},
-    "reports/extrapolation.md": {"registration column", "claim ids"},
     "reports/heads.md": {"registration column"},
     "reports/scaling_dk.md": {"registration column"},
     "reports/corpus2/table3.md": {"rows", "departures", "claim ids", "registration column"},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import finished, interval_cell, md_table, save_png
+from harness.report.common import finished, interval_cell, md_table, plot_title, save_png
 
 SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"),
          ("agree", "agreement accuracy (%)", "{:.1f}"))
@@ -72,4 +72,7 @@ def _plot(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[int, str]], p
         if key == "ppl":
             ax.set_yscale("log")
         ax.legend(fontsize=7)
+    seeds = min((len(finished(runs, r)) for r in rows), default=0)
+    fig.suptitle(f"{plot_title(path.stem.removesuffix('_length'), runs)}: by source length, the mean over "
+                 f"{seeds} seed{'s' * (seeds != 1)} a row", fontsize=10)
     return save_png(fig, path)
