@@ -39,7 +39,7 @@ __all__ = ["BUILTIN", "Context", "Measurement", "Metric", "SectionContext", "reg
 
 BUILTIN = ("harness.measure.agreement", "harness.measure.curve_bleu", "harness.measure.source_attention",
            "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads",
-           "harness.measure.kv_int8")
+           "harness.measure.kv_int8", "harness.measure.grad_norms")
 
 
 @dataclass
