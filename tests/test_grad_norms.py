@@ -46,7 +46,8 @@ def test_the_report_section_tables_first_and_last_layers_and_draws_them(tmp_path
     runs = pd.DataFrame({"tags.row": ["post", "post", "pre", "pre"], "tags.seed": ["0", "1", "0", "1"],
                          "status": ["FINISHED"] * 4,
                          "metrics.gradnorm_enc_0": [1.0, 1.2, 2.0, 2.0], "metrics.gradnorm_enc_1": [4.0, 4.8, 2.0, 2.2],
-                         "metrics.gradnorm_dec_0": [1.0, 1.0, 1.0, 1.0], "metrics.gradnorm_dec_1": [3.0, 3.0, 1.0, 1.0]})
+                         "metrics.gradnorm_dec_0": [1.0, 1.0, 1.0, 1.0],
+                         "metrics.gradnorm_dec_1": [3.0, 3.0, 1.0, 1.0]})
     lines, plots = grad_norm_section(runs, ["post", "pre"], tmp_path / "g.png")
     table = [ln for ln in lines if ln.startswith("| **")]
     # per row: the first and last layers' norms over seeds, and last / first seed by seed (post 4 and 3, pre 1)

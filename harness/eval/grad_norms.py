@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import torch
 
 LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
 

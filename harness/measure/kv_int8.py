@@ -49,9 +49,9 @@ def _section(ctx: SectionContext):
     if not body:
         return [], []
     return (["## An int8 KV cache", "",
-             "The first dev sentences decoded twice from the final weights, with the model's own cache and with an int8 "
-             "one (a float16 scale per head and position), greedy and with the run's beam: tokenized BLEU, mean over "
-             "seeds with its 95 % interval. The dev PPL reads no cache and is the same both ways.", "",
+             "The first dev sentences decoded twice from the final weights, with the model's own cache and with an "
+             "int8 one (a float16 scale per head and position), greedy and with the run's beam: tokenized BLEU, "
+             "mean over seeds with its 95 % interval. The dev PPL reads no cache and is the same both ways.", "",
              *md_table(["row", "seeds", "greedy", "greedy, int8", "Δ", "beam", "beam, int8", "Δ"], body), ""], [])
 
 

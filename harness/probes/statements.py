@@ -124,8 +124,8 @@ def crossover(spec: StatementSpec, device: torch.device, on_point: Point) -> dic
 
 def _attention(d_model: int, heads: int, d_k: int, d_v: int, score: str, kernel: str, device) -> nn.Module:
     """The model's own multi-head self-attention layer (model/attention.py), no dropout."""
-    from model.config import paper_base
     from model.attention import MultiHeadAttention
+    from model.config import paper_base
     from model.kernels import Kernels
     cfg = dataclasses.replace(paper_base, d_model=d_model, n_heads=heads, d_k=d_k, d_v=d_v, p_drop=0.0,
                               attention_score=score)
@@ -147,7 +147,8 @@ def multi_head(spec: StatementSpec, device: torch.device, on_point: Point) -> di
         on_point({"heads": h, "flops": counted, "seconds": seconds})
     many, one = out[spec.heads], out[1]
     return {"points": list(out.values()),
-            "metrics": {"mh_flops_ratio": many["flops"] / one["flops"], "mh_time_ratio": many["seconds"] / one["seconds"],
+            "metrics": {"mh_flops_ratio": many["flops"] / one["flops"],
+                        "mh_time_ratio": many["seconds"] / one["seconds"],
                         "mh_ms_many": 1e3 * many["seconds"], "mh_ms_one": 1e3 * one["seconds"],
                         "mh_flops_many": many["flops"], "mh_flops_one": one["flops"], "d_model": dm}}
 

@@ -264,7 +264,8 @@ def _value_part(claim: Claim, row: str, values: dict[str, dict[int, float]],
                 targets: dict[str, dict[int, float]] | None) -> dict:
     """One row's measured value on one metric against the claim's target: value - target over seeds, its
     interval, and the part's verdict."""
-    target_of = (lambda s: claim.target) if claim.target is not None else (lambda s: (targets or {}).get(row, {}).get(s))
+    target_of = (lambda s: claim.target) if claim.target is not None else \
+        (lambda s: (targets or {}).get(row, {}).get(s))
     seeds = [s for s in sorted(values.get(row, {})) if target_of(s) is not None]
     if not seeds:
         return {"row": row, "verdict": "not run", "n": 0, "diff": float("nan"), "low": float("nan"),

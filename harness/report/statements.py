@@ -190,7 +190,8 @@ def dot_additive_section(done: pd.DataFrame, uri: str) -> tuple[list, list]:
     device = str(done["tags.device"].dropna().iloc[0]) if "tags.device" in done and done["tags.device"].notna().any() \
         else "?"
     memory = "CUDA's allocator peak" if device.startswith("cuda") else \
-        "the largest tensor any op of the step produced (a CPU keeps no allocator statistics; a lower bound of the peak)"
+        "the largest tensor any op of the step produced (a CPU keeps no allocator statistics; a lower bound of the " \
+        "peak)"
     body, records = [], []
     for step in sorted(hist["step"].unique()) if len(hist) else []:
         cells = [int(step)]
@@ -207,7 +208,8 @@ def dot_additive_section(done: pd.DataFrame, uri: str) -> tuple[list, list]:
     totals = []
     for row in rows:
         records.append({"row": row, "measure": "dot_vs_additive", "score": _param(done, row, "score"),
-                        "ms_total": _mean(_of(done, row, "attn_ms")), "mem_bytes": _mean(_of(done, row, "attn_mem_bytes"))})
+                        "ms_total": _mean(_of(done, row, "attn_ms")),
+                        "mem_bytes": _mean(_of(done, row, "attn_mem_bytes"))})
         totals.append([f"**{row}**", _param(done, row, "score"), bracket_cell(_of(done, row, "attn_ms"), "{:.2f}"),
                        num(_mean(_of(done, row, "attn_mem_bytes")) / 2**20, "{:.2f}")])
     head = ["d_k"] + [x for row in rows for x in (f"{row}: ms", f"{row}: MiB")] + \

@@ -82,6 +82,15 @@ class TrainConfig:
     # dev evaluations pass without a new best, at most decay_times times (harness/train/patience.py).
     lr_patience: int = 0
     clip_norm: float = 0.0             # clip the gradients' global norm to this (0: none, as the paper)
+    # DEVIATION (off by default; the paper warms up): no_warmup starts the noam schedule at its peak, d_model^-0.5
+    # x warmup^-0.5 x lr_scale, and decays it as step^-0.5 after `warmup` steps as before, so that a run with
+    # and a run without warmup differ in the ramp alone (Xiong et al. 2020: post-norm needs it, pre-norm not).
+    no_warmup: bool = False
+    # DEVIATION (off by default; a non-finite loss stops the run with an error): stop_diverged evaluates dev at
+    # initialization and ends a run that diverges, at a non-finite loss or at a dev evaluation above that start,
+    # recording the step (`diverged_step`); such a run is scored as its start (dev_ppl: the initial dev PPL; the
+    # weights' own is dev_ppl_measured): it ended no better than it began (studies/depth.yaml).
+    stop_diverged: bool = False
     # The measurements taken beside or after training (harness/measure: agreement contrasts, the heads probe,
     # source attention, attention statistics, length buckets, the BLEU curve), each with settings of its own:
     # ((name, settings), ...) for those not at their defaults. Spelled `train.NAME_FIELD` in study files, --set
@@ -92,7 +101,7 @@ class TrainConfig:
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("bleu_moses", "optimizer", "momentum", "schedule", "lr", "decay_start",
                                               "decay_times", "decay_factor", "clip_norm", "cpu_amp", "patience",
-                                              "average_at", "lr_patience")
+                                              "average_at", "lr_patience", "no_warmup", "stop_diverged")
     # (every measurement setting is left out of the hash at its default too: `later_defaults`)
 
     def validate(self) -> None:
@@ -205,14 +214,14 @@ def learning_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> f
 
 def rate_at(step: int, cfg: TrainConfig, d_model: int, shrinks: int = 0) -> float:
     """The learning rate of update `step` (from 1) under cfg's schedule:
-    - noam: §5.3's `learning_rate`, times lr_scale;
+    - noam: §5.3's `learning_rate`, times lr_scale (no_warmup: at its peak until `warmup`, then the same);
     - plateau: cfg.lr after a linear warmup of cfg.warmup steps, times decay_factor ** shrinks (the times dev
       stopped improving so far, counted by the patience rule);
     - constant_decay: cfg.lr after a linear warmup of cfg.warmup steps, multiplied by decay_factor decay_times
       times at even intervals over the steps after decay_start x steps (tensorflow/nmt's decay schemes, e.g.
       GNMT's "luong234": halve 4 times over the last third)."""
-    if cfg.schedule == "noam":
-        return learning_rate(step, d_model, cfg.warmup, cfg.lr_scale)
+    if cfg.schedule == "noam":     # no_warmup: the peak from the first step, the same decay after warmup
+        return learning_rate(max(step, cfg.warmup) if cfg.no_warmup else step, d_model, cfg.warmup, cfg.lr_scale)
     step = max(step, 1)
     rate = cfg.lr * min(1.0, step / cfg.warmup)
     if cfg.schedule == "plateau":

@@ -83,6 +83,8 @@ def finish(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer, 
     trial_wall = run.get("loop_seconds", 0.0) + eval_wall
     trial_cpu = run.pop("loop_cpu_seconds", 0.0) + eval_wall * torch.get_num_threads()
     metrics.update(run)
+    if run.get("diverged"):         # stop_diverged: a diverged run is scored as its start (the weights' own kept)
+        metrics["dev_ppl_measured"], metrics["dev_ppl"] = metrics.get("dev_ppl"), run["dev_ppl_start"]
     metrics.update({
         "compiled_graphs": compiled_graphs() if cfg.compile else None, "averaged_checkpoints": averaged,
         "stopped_by_time": stopped, "eval_seconds": time.perf_counter() - t_eval,

@@ -143,9 +143,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
                      max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main,
                      eval_last=rule is not None).open(step)
     out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
-    # The rule's decision, rank 0's on every rank; a run resumed from the checkpoint at which the rule had already
-    # stopped it (killed while finishing) stops again at once instead of training on.
-    stop_now = bool(rule) and rule.exhausted
+    stop_now = stopped_already(rule, clock)
     # The loop's wall time (steps, evaluations, checkpoints) summed over every process that trained this run:
     # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
     wall_before, t_loop = clock.get("wall_seconds", 0.0), time.perf_counter()
@@ -153,8 +151,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     measures = cfg.active()
     context = lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang, data_cfg, cfg, device,  # noqa: E731
                               autocast, out, clock, step)
-    if ranks.is_main and step == 0 and any(m.at_init for m, _ in measures):   # taken on the initialisation
-        log.record(0, measured(measures, "at_init", context))
+    dev_perplexity = lambda: perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)  # noqa: E731
+    at_initialisation(measures, context, cfg, clock, step, log, dev_perplexity) if ranks.is_main else None
     model.train()
     with stream:
         while step < cfg.steps and not out_of_time() and not stop_now:
@@ -164,8 +162,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             for hook in hooks:
                 loss_sum = hook(step + 1, loss_sum)
             loss = ranks.sum(loss_sum)[0] / n_tokens
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss} at step {step + 1}; the update was skipped.")
+            if not math.isfinite(loss) and nonfinite(loss, step + 1, cfg, clock):
+                break                          # diverged: the update is skipped and the run ends here
             if cfg.clip_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
             opt.step()
@@ -175,13 +173,14 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
             log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
             evaluated = log.should_eval(step)
             if evaluated and ranks.is_main:
-                dev_ppl = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
+                dev_ppl = dev_perplexity()
                 log.record(step, {"dev_ppl": dev_ppl, **measured(measures, "at_eval", context)})
                 if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
                     ckpt.pin(window(sorted(set(ckpt.steps()) | {step}), step, cfg.average_last))
                 model.train()
-            if rule and evaluated:
-                stop_now = agree_on_rule(rule, ranks)
+            if evaluated:      # the rule's decision, and (stop_diverged) dev above where it began: rank 0's
+                stop_now = (agree_on_rule(rule, ranks) if rule else stop_now) or \
+                    diverged_on_dev(cfg, clock, step, ranks, ranks.is_main and dev_ppl)
             if step == cfg.steps and not evaluated and ranks.is_main:   # the curves' last point, before averaging
                 last = [(m, s) for m, s in measures if m.eval_at_last]
                 if last:
@@ -197,10 +196,51 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
         return {}
     return finish(model, data, cfg, device, autocast, ckpt, out, {
         "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
+        **diverged_metrics(cfg, clock),
         "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
         "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps,
         **(rule.metrics(step, cfg.steps) if rule else {})},
         data_cfg=data_cfg, rule=rule)
+
+
+def at_initialisation(measures, context, cfg: TrainConfig, clock: dict, step: int, log, dev_ppl) -> None:
+    """Rank 0, before the first update: the measurements taken on the initialisation, and (stop_diverged) the dev
+    PPL that divergence is measured from (dev_ppl(), once: a resumed run keeps it in its clock)."""
+    if step == 0 and any(m.at_init for m, _ in measures):
+        log.record(0, measured(measures, "at_init", context))
+    if cfg.stop_diverged and "dev_ppl_start" not in clock:
+        clock["dev_ppl_start"] = dev_ppl()
+        log.record(0, {"dev_ppl": clock["dev_ppl_start"]})
+
+
+def stopped_already(rule: Patience | None, clock: dict) -> bool:
+    """A run resumed from the checkpoint at which the rule had already stopped it (killed while finishing), or
+    at which it diverged, stops again at once instead of training on."""
+    return bool(rule) and rule.exhausted or "diverged_step" in clock
+
+
+def diverged_on_dev(cfg: TrainConfig, clock: dict, step: int, ranks: Ranks, dev_ppl: float | bool) -> bool:
+    """stop_diverged, after a dev evaluation: rank 0's dev PPL above the start, on every rank (True: stop)."""
+    if not cfg.stop_diverged or not ranks.agree(bool(dev_ppl) and dev_ppl > clock["dev_ppl_start"]):
+        return False
+    clock["diverged_step"] = step
+    return True
+
+
+def nonfinite(loss: float, step: int, cfg: TrainConfig, clock: dict) -> bool:
+    """A non-finite loss at `step`: with stop_diverged the run diverged there (True: stop); else an error."""
+    if cfg.stop_diverged:
+        clock["diverged_step"] = step
+        return True
+    raise FloatingPointError(f"loss became {loss} at step {step}; the update was skipped.")
+
+
+def diverged_metrics(cfg: TrainConfig, clock: dict) -> dict:
+    """stop_diverged: whether the run diverged, where, and the dev PPL it is scored by when it did (its start)."""
+    if not cfg.stop_diverged:
+        return {}
+    step = clock.get("diverged_step")
+    return {"diverged": float(step is not None), "diverged_step": step, "dev_ppl_start": clock.get("dev_ppl_start")}
 
 
 def restored_rule(cfg: TrainConfig, ckpt: Checkpointer) -> Patience | None:

@@ -1,0 +1,40 @@
+"""The depth study's two training switches: no_warmup (the noam schedule at its peak from the first step, the same
+decay after warmup) and stop_diverged (a run that diverges, at a non-finite loss or a dev PPL above its start, ends
+there and is scored as its start)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.train.config import TrainConfig, learning_rate, rate_at
+
+
+def test_no_warmup_differs_in_the_ramp_alone():
+    cfg, flat = TrainConfig(warmup=400), TrainConfig(warmup=400, no_warmup=True)
+    peak = learning_rate(400, 512, 400)
+    assert rate_at(1, flat, 512) == rate_at(400, flat, 512) == pytest.approx(peak)
+    assert rate_at(1, cfg, 512) == pytest.approx(peak / 400)
+    for step in (400, 401, 1000, 100000):
+        assert rate_at(step, flat, 512) == rate_at(step, cfg, 512)
+
+
+def test_a_diverging_run_stops_where_it_diverged_and_is_scored_as_its_start(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+    from tests.helpers import train_small
+    metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.stop_diverged=true", "train.no_warmup=true",
+                             "train.lr_scale=300", steps=60)
+    assert metrics["diverged"] == 1.0 and 1 <= metrics["diverged_step"] <= 60 and metrics["steps"] <= 60
+    assert metrics["dev_ppl"] == metrics["dev_ppl_start"]                 # scored as its start
+    assert metrics["dev_ppl_measured"] != metrics["dev_ppl"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and rows[0]["dev_ppl"] == metrics["dev_ppl_start"]
+
+
+def test_a_run_that_learns_does_not_diverge(tmp_path, capsys):
+    from harness.cli import main
+    from tests.helpers import train_small
+    metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.stop_diverged=true", steps=30)
+    assert metrics["diverged"] == 0.0 and metrics["steps"] == 30 and "dev_ppl_measured" not in metrics
+    assert metrics["dev_ppl"] < metrics["dev_ppl_start"]
