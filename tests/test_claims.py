@@ -320,3 +320,18 @@ def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path
     assert "**holds**" in line and "convs2s" in line, line
     assert "first reached each rival's best dev BLEU (×)" in text
     assert (tmp_path / "reports" / "table2_bleu_vs_compute.png").exists()
+
+
+def test_a_gap_that_grows_with_depth():
+    """gap_grows: (x - y) - (u - v) seed by seed, > 0 where x falls further behind y than u behind v."""
+    c = Claim(id="g", study="depth", source="§", text="t", metric="nll", better="lower", a=["post24", "pre24"],
+              b=["post6", "pre6"], expect="gap_grows")
+    grows = {"post24": {0: 3.0, 1: 3.2, 2: 3.1}, "pre24": {0: 1.0, 1: 1.1, 2: 1.0},
+             "post6": {0: 1.2, 1: 1.3, 2: 1.2}, "pre6": {0: 1.0, 1: 1.1, 2: 1.0}}
+    got = claims.gap_verdict(c, grows)
+    assert got["verdict"] == "holds" and got["a_mean"] == pytest.approx(2.067, abs=1e-3)
+    assert got["b_mean"] == pytest.approx(0.2) and got["diff"] == pytest.approx(1.867, abs=1e-3)
+    shrinks = {**grows, "post24": {0: 1.05, 1: 1.15, 2: 1.05}}
+    assert claims.gap_verdict(c, shrinks)["verdict"] == "contradicted"
+    assert claims.gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
+    assert claims.gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"

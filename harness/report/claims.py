@@ -27,6 +27,10 @@ rival's best curve BLEU, over the training at which the rival reached it. Each r
 or if a never reached the rival's best in any seed, inconclusive otherwise (one seed: inconclusive); the claim
 combines its parts as a value claim does. The curves are read from MLflow (the report passes its store).
 
+Interaction claims ("gap_grows", the depth study's): a = [x, y] and b = [u, v], seed by seed d = (x - y) - (u - v)
+on the metric, oriented by `better` so that d > 0 is "x falls further behind y than u behind v" (e.g. post-norm's
+deficit to pre-norm at 24 layers against at 6); its interval decides as for "better".
+
 Threshold claims ("above", the heads probe's): one row's value per seed against a fixed `target` stated in
 claims.yaml before the runs: holds if the interval of value - target lies above 0, contradicted if below,
 inconclusive if it spans 0 (one seed: inconclusive, as for comparisons).
@@ -145,6 +149,13 @@ def load_claims() -> tuple[Claim, ...]:
             if any(m not in SOONER_AXES for m in axes) or (claim.also and list(claim.also) != ["metric"]):
                 raise ValueError(f"{where}: a sooner claim's metric (and also's) must be one of "
                                  f"{', '.join(SOONER_AXES)}")
+            out.append(claim)
+            continue
+        if claim.expect == "gap_grows":
+            pairs = (claim.a, claim.b)
+            if not all(isinstance(x, list) and len(x) == 2 and all(isinstance(r, str) for r in x) for x in pairs) \
+                    or claim.better not in ("lower", "higher"):
+                raise ValueError(f"{where}: a gap_grows claim names two rows as a, two as b, and better: lower|higher")
             out.append(claim)
             continue
         if claim.expect == "above":
@@ -408,6 +419,25 @@ def sooner_verdict(claim: Claim, curves: dict[str, dict[int, list]]) -> dict:
             "low": worst["low"], "high": worst["high"], "a_mean": worst["a_mean"], "b_mean": worst["b_mean"]}
 
 
+def gap_verdict(claim: Claim, values: dict[str, dict[int, float]]) -> dict:
+    """A gap_grows claim checked: per seed d = (x - y) - (u - v), oriented so that d > 0 is x worse than y by more
+    than u is worse than v (better: lower: "worse" is higher), its interval, and the verdict."""
+    (x, y), (u, v) = claim.a, claim.b
+    rows = (x, y, u, v)
+    seeds = sorted(set.intersection(*(set(values.get(r, {})) for r in rows))) if all(r in values for r in rows) \
+        else []
+    sign = 1.0 if claim.better == "lower" else -1.0
+    gap = lambda r1, r2, s: sign * (values[r1][s] - values[r2][s])   # noqa: E731   r1 behind r2 (> 0)
+    mean, low, high, n = interval(gap(x, y, s) - gap(u, v, s) for s in seeds)
+    out = {"id": claim.id, "a": f"{x} − {y}", "b": f"{u} − {v}", "a_row": x if seeds else None, "b_row": u if seeds
+           else None, "metric": claim.metric, "expect": claim.expect, "margin": 0.0, "n": n, "diff": mean, "low": low,
+           "high": high, "a_mean": interval(gap(x, y, s) for s in seeds)[0] if seeds else float("nan"),
+           "b_mean": interval(gap(u, v, s) for s in seeds)[0] if seeds else float("nan")}
+    result = "not run" if not seeds else "inconclusive" if n < 2 else \
+        "holds" if low > 0 else "contradicted" if high < 0 else "inconclusive"
+    return {**out, "verdict": result}
+
+
 def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list[dict]:
     """Every claim of `study` checked against its runs, in claims.yaml's order (a sooner claim reads its rows'
     curves from the MLflow store at `uri`; without one it is not run)."""
@@ -422,6 +452,8 @@ def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list
         values = cache.setdefault(claim.metric, per_seed(runs, claim.metric))
         if claim.expect == "above":
             out.append({**above_verdict(claim, values), "claim": claim})
+        elif claim.expect == "gap_grows":
+            out.append({**gap_verdict(claim, values), "claim": claim})
         elif claim.expect == "value":
             targets = cache.setdefault(claim.target_metric, per_seed(runs, claim.target_metric)) \
                 if claim.target_metric else None

@@ -419,20 +419,22 @@ def _num3(x: float) -> str:
     return "–" if x is None or pd.isna(x) else f"{x:.3g}"
 
 
-def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None,
-               with_base: bool = True) -> str:
-    """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
-    margin, and what the verdict rests on, even where it holds: a row still improving or near the plateau,
-    a row that did not over-fit where the claim is about over-fitting, and the departures from the paper
-    under which its rows stand to each other otherwise than in the paper (`deps`, from row_departures)."""
-    if c["verdict"] == "not run":
-        return "its rows were not run in this invocation"
+def _measured_why(c: dict) -> str:
+    """_claim_why for the claims that are not a comparison of two rows: a threshold, a gap between gaps, time to
+    quality, a measurement against the formula."""
     if c["expect"] == "above":
         if c["n"] < 2:
             return f"{c['n']} seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)"
         side = {"holds": "lies above 0", "contradicted": "lies below 0", "inconclusive": "spans 0"}[c["verdict"]]
         return (f"{c['a_row']} measured {c['a_mean']:.3g} against the target {c['b_mean']:g} fixed before the runs; "
                 f"the interval [{c['low']:+.3g}, {c['high']:+.3g}] of value − target {side}")
+    if c["expect"] == "gap_grows":
+        if c["n"] < 2:
+            return f"{c['n']} seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)"
+        side = {"holds": "lies above 0: the gap grew", "contradicted": "lies below 0: the gap shrank",
+                "inconclusive": "spans 0"}[c["verdict"]]
+        return (f"the gap {c['a']} was {c['a_mean']:+.3f} and {c['b']} {c['b_mean']:+.3f}; the interval "
+                f"[{c['low']:+.3f}, {c['high']:+.3f}] of their difference {side}")
     if c["expect"] == "sooner":
         each = "; ".join(
             f"{p['row']} {p['metric'].split('_to_')[0]}: ratio {_num3(p['diff'])}"
@@ -459,6 +461,19 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         return (f"{off}: outside ±{c['margin']:g}; the row's notes in the table above say where its fit parts "
                 "from the formula" if c["verdict"] == "contradicted" else
                 f"{off}: its interval over seeds is neither inside nor wholly outside ±{c['margin']:g}")
+    return ""
+
+
+def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None,
+               with_base: bool = True) -> str:
+    """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
+    margin, and what the verdict rests on, even where it holds: a row still improving or near the plateau,
+    a row that did not over-fit where the claim is about over-fitting, and the departures from the paper
+    under which its rows stand to each other otherwise than in the paper (`deps`, from row_departures)."""
+    if c["verdict"] == "not run":
+        return "its rows were not run in this invocation"
+    if c["expect"] in ("above", "gap_grows", "sooner", "value"):
+        return _measured_why(c)
     notes = []
     if c["n"] < 2:
         notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
@@ -589,6 +604,9 @@ def _claim_cells(c: dict) -> tuple[str, str, str]:
                 f"{_num3(c['a_mean'])} {'seconds' if c['part_metric'].startswith('seconds') else 'FLOPs'} "
                 f"to reach its best where it took {_num3(c['b_mean'])}"
                 if c["b_row"] else f"{c['a']} against {c['b']}")
+    elif claim.expect == "gap_grows":  # a gap between two rows against the gap between two others
+        paper_cell = paper.get("finding", "–")
+        ours = f"{c['a']}: {_num3(c['a_mean'])} vs {c['b']}: {_num3(c['b_mean'])}"
     elif claim.expect == "value":      # one row's measurement against the formula
         paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
     elif claim.expect == "above":    # one row's measurement against a threshold
