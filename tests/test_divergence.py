@@ -38,3 +38,18 @@ def test_a_run_that_learns_does_not_diverge(tmp_path, capsys):
     metrics, _ = train_small(main, capsys, tmp_path, "transformer", "train.stop_diverged=true", steps=30)
     assert metrics["diverged"] == 0.0 and metrics["steps"] == 30 and "dev_ppl_measured" not in metrics
     assert metrics["dev_ppl"] < metrics["dev_ppl_start"]
+
+
+def test_the_rows_report_tables_which_seeds_diverged_and_where():
+    import pandas as pd
+
+    from harness.report.rows import divergence_section
+    runs = pd.DataFrame({"tags.row": ["post24", "post24", "pre24", "pre24"], "tags.seed": ["0", "1", "0", "1"],
+                         "status": ["FINISHED"] * 4, "metrics.diverged": [1.0, 0.0, 0.0, 0.0],
+                         "metrics.diverged_step": [37.0, None, None, None],
+                         "metrics.dev_ppl_start": [980.0, 1010.0, 990.0, 1000.0],
+                         "metrics.dev_ppl_measured": [5e4, None, None, None]})
+    lines = divergence_section(runs, ["post24", "pre24"])
+    assert "| **post24** | 1 of 2 | seed 0: step 37 | 995.0 | 5e+04 |" in lines
+    assert "| **pre24** | 0 of 2 | – | 995.0 | – |" in lines
+    assert divergence_section(runs.drop(columns=["metrics.diverged"]), ["post24"]) == []

@@ -20,7 +20,9 @@ from harness.report.common import (
     claims_section,
     column,
     declared_rows,
+    finished,
     header_lines,
+    md_table,
     measurement_sections,
     num,
     plot_learning_curves,
@@ -176,6 +178,33 @@ def row_cells(r: dict, diag: dict) -> tuple[str, list[str], str]:
     return seeds, figures, notes.replace("|", "\\|").replace("\n", " ")
 
 
+def divergence_section(runs: pd.DataFrame, rows: list[str]) -> list[str]:
+    """Where runs trained with train.stop_diverged: per row, how many seeds diverged and at which steps, and the dev
+    PPL they are scored by (their start) beside their weights' own."""
+    if "metrics.diverged" not in runs:
+        return []
+    body = []
+    for row in rows:
+        g = finished(runs, row)
+        flags = pd.to_numeric(g["metrics.diverged"], errors="coerce").dropna()
+        if flags.empty:
+            continue
+        gone = g[pd.to_numeric(g["metrics.diverged"], errors="coerce") == 1]
+        steps = ", ".join(f"seed {s}: step {int(x)}" for s, x in zip(gone["tags.seed"], gone["metrics.diverged_step"]))
+        body.append([f"**{row}**", f"{len(gone)} of {len(flags)}", steps or "–",
+                     num(pd.to_numeric(g.get("metrics.dev_ppl_start"), errors="coerce").mean(), "{:.1f}"),
+                     num(pd.to_numeric(gone.get("metrics.dev_ppl_measured"), errors="coerce").mean(), "{:.3g}")
+                     if len(gone) else "–"])
+    if not body:
+        return []
+    return ["## Divergence", "",
+            "Each run evaluated dev before its first update and stopped where it diverged (`train.stop_diverged`): at "
+            "a non-finite loss, or at a dev evaluation above that start. A diverged run is scored as its start (the "
+            "rows table and the claims read its initial dev PPL); its weights' own dev PPL when it stopped is beside.",
+            "", *md_table(["row", "diverged", "where", "dev PPL at the start", "dev PPL of the diverged weights"],
+                          body), ""]
+
+
 def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
     """The rows layout: header, the rows table, its plots, each row's architecture, the measurements' sections,
     the claims."""
@@ -201,5 +230,6 @@ def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]
               "changes against the base (from each trial's params).", ""]
     lines += row_lines(table, row_diagnostics(runs, uri))
     extra, extra_plots = measurement_sections(runs, rows, uri, out_dir, study)
-    tail = [*architecture_section(runs, rows), *extra, *claims_section(study, runs, uri, parent)]
+    tail = [*divergence_section(runs, rows), *architecture_section(runs, rows), *extra,
+            *claims_section(study, runs, uri, parent)]
     return write_files(study, out_dir, lines, table, plots, tail) + extra_plots
