@@ -55,6 +55,12 @@ CORE: tuple[Metric, ...] = (
     Metric("attn_ms", "lower", "attention ln ms", claim="attn_log_ms", transform="log"),
     Metric("attn_mem_bytes", "lower", "attention memory (bytes)", claim="attn_mem"),
     Metric("offset_residual", "lower", "held-out residual of PE_pos -> PE_pos+k", claim="offset_residual"),
+    # The inference study (harness/probes/inference.py, summary_metrics): decode tokens/s at the last point, the
+    # cache over a full-head cache's beside kv heads / query heads, and decode's gain from batching over prefill's.
+    Metric("decode_tok_s_last", "higher", "decode tokens/s (largest batch, longest source)", claim="decode_tok_s"),
+    Metric("kv_fraction_of_mha", "lower", "KV cache over a full-head cache's", claim="kv_fraction_of_mha"),
+    Metric("kv_heads_fraction", "", "KV heads / query heads", claim="kv_heads_fraction"),
+    Metric("decode_over_prefill_gain", "", "decode's batch gain over prefill's", claim="decode_over_prefill_gain"),
     # Table 2: the training cost counted
     Metric("train_flops", "lower", "training FLOPs", claim="train_flops"),
     Metric("params", "", "parameters"),

@@ -50,8 +50,10 @@ def test_width_and_depth_scale_the_shape():
 
 
 def test_the_study_file_resolves_its_shapes_and_round_trips():
-    trials = {t.row: t for t in load_study("studies/inference.yaml", "tiny").trials}
-    assert len(trials) == 9
+    study = load_study("studies/inference.yaml", "tiny")
+    trials = {t.row: t for t in study.trials if t.seed == 0}
+    assert len(trials) == 10 and len(study.trials) == 30            # three seeds: repeats of the measurement
+    assert model_config(trials["encdec_int8"].probe).kv_cache_dtype == "int8"
     kv = {row: model_config(t.probe).n_kv_heads for row, t in trials.items()}
     assert kv["encdec_mha"] == kv["prefix_mha"] == kv["redesign_mha"] == 8
     assert kv["encdec_gqa"] == kv["redesign_gqa"] == 2 and kv["prefix_mqa"] == 1
@@ -125,3 +127,17 @@ def test_the_report_tables_every_point_and_draws_its_plots(tmp_path):
     assert "| **prefix_mha** | 1,500,000 | 8 | 64 | 50,000 | 125 | 6.4 | 3 | 6,144 | 6,144 | 6,144 | 6,144 |" in text
     assert "decoder-only (PrefixLM)" in text and "encoder-decoder" in text
     assert {p.name for p in paths} >= {"inference.md", "inference.csv", "inference_decode.png", "inference_ttft.png"}
+
+
+def test_the_claims_figures_are_read_from_the_points():
+    """summary_metrics: decode tokens/s at the last point, the cache over a full-head cache's (measured over the
+    formula), and decode's batch gain over prefill's at the longest source."""
+    from harness.probes.inference import summary_metrics
+    points = [{"batch": b, "src_len": s, "decode_tok_s": d, "prefill_tok_s": pf, "kv_bytes_per_token": 1536.0}
+              for b, s, d, pf in ((1, 16, 100.0, 1000.0), (1, 64, 90.0, 2000.0), (8, 16, 700.0, 3000.0),
+                                  (8, 64, 640.0, 4000.0))]
+    got = summary_metrics({"points": points, "kv_heads_fraction": 0.25,
+                           "formula_mha": {"kv_bytes_per_token": 6144}})
+    assert got["decode_tok_s_last"] == 640.0 and got["kv_fraction_of_mha"] == 0.25
+    assert got["decode_batch_gain"] == 640 / 90 / 8 and got["prefill_batch_gain"] == 4000 / 2000 / 8
+    assert got["decode_over_prefill_gain"] == (640 / 90) / (4000 / 2000)

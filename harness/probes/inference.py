@@ -136,7 +136,7 @@ def measure_point(model, cfg, batch: int, src_len: int, spec: InferenceSpec, dev
 def measure(spec: InferenceSpec, on_point: Callable[[dict], None] | None = None) -> dict:
     """Every point of the row's grid, in order of batch then source length (on_point after each), with the
     shape's manifest, parameter count and the cache formula at the run's dtype."""
-    from model import build_model, count_parameters, to_dict
+    from model import build_model, count_parameters, to_dict, with_settings
     spec.validate()
     device = torch.device("cuda" if spec.device == "auto" and torch.cuda.is_available() else
                           "cpu" if spec.device == "auto" else spec.device)
@@ -164,17 +164,46 @@ def measure(spec: InferenceSpec, on_point: Callable[[dict], None] | None = None)
     element = torch.empty((), dtype=dtype).element_size()
     return {"points": points, "device": str(device), "dtype": spec.dtype, "threads": spec.threads,
             "params": count_parameters(model), "manifest": manifest(to_dict(cfg)),
-            "formula": kv_formula(cfg, element), "model": to_dict(cfg)}
+            "formula": kv_formula(cfg, element), "model": to_dict(cfg),
+            # the same shape with a key/value head for every query head, in the model's dtype: what GQA and MQA
+            # (and an int8 cache) are measured against
+            "formula_mha": kv_formula(with_settings(cfg, n_kv_heads=cfg.n_heads, kv_cache_dtype="model")
+                                      if hasattr(cfg, "kv_cache_dtype") else
+                                      with_settings(cfg, n_kv_heads=cfg.n_heads), element),
+            "kv_heads_fraction": cfg.n_kv_heads / cfg.n_heads}
 
 
 def flat_metrics(result: dict) -> dict:
-    """The result as MLflow metrics: each point's figures with its `_b{batch}_s{len}` suffix, and the formula."""
+    """The result as MLflow metrics: each point's figures with its `_b{batch}_s{len}` suffix, the formula, and what
+    the claims read (summary_metrics)."""
     out: dict[str, float] = {"params": result["params"], **{f"{k}_formula": v for k, v in result["formula"].items()}}
     for p in result["points"]:
         suffix = point_key(p["batch"], p["src_len"])
         out.update({f"{k}{suffix}": p[k] for k in ("prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_mem_bytes",
                                                    "kv_bytes_per_token", "kv_bytes_per_source_token")
                     if p[k] is not None})
+    return {**out, **summary_metrics(result)}
+
+
+def summary_metrics(result: dict) -> dict[str, float]:
+    """The figures the claims read, from the points: decode tokens/s at the last point (the largest batch and
+    the longest source); the cache per token measured there over the formula's with a key/value head for every
+    query head (kv_fraction_of_mha), beside kv_heads_fraction = kv heads / query heads; and, at the longest source,
+    how much each phase gains from the smallest batch to the largest, as a share of linear (batch_gain: 1 =
+    throughput grows as the batch), and decode's gain over prefill's."""
+    points = result["points"]
+    last = points[-1]
+    out = {"decode_tok_s_last": last["decode_tok_s"], "kv_heads_fraction": result["kv_heads_fraction"]}
+    if result.get("formula_mha"):
+        out["kv_fraction_of_mha"] = last["kv_bytes_per_token"] / result["formula_mha"]["kv_bytes_per_token"]
+    longest = max(p["src_len"] for p in points)
+    at = sorted((p for p in points if p["src_len"] == longest), key=lambda p: p["batch"])
+    if len(at) >= 2 and at[-1]["batch"] > at[0]["batch"]:
+        lo, hi = at[0], at[-1]
+        grow = hi["batch"] / lo["batch"]
+        out["decode_batch_gain"] = hi["decode_tok_s"] / lo["decode_tok_s"] / grow
+        out["prefill_batch_gain"] = hi["prefill_tok_s"] / lo["prefill_tok_s"] / grow
+        out["decode_over_prefill_gain"] = out["decode_batch_gain"] / out["prefill_batch_gain"]
     return out
 
 

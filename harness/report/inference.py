@@ -12,6 +12,8 @@ from matplotlib.figure import Figure
 
 from harness.report.common import (
     architecture_section,
+    bracket_cell,
+    claims_section,
     header_lines,
     md_table,
     plot_title,
@@ -155,8 +157,33 @@ def write_inference(study: str, results: dict, uri: str, out_dir: Path) -> list[
               "prefilled cache (which, with the target's, grows with every token). Peak memory is CUDA's allocated "
               "peak on a GPU; on a CPU the process's resident set (weights, libraries and all).", ""]
     lines += render(table) + [""]
+    lines += claim_figures(runs, list(dict.fromkeys(table["row"])))
     lines += architecture_section(runs, list(dict.fromkeys(table["row"])))
     title = plot_title(study, runs)
     plots = [plot(table, out_dir / f"{study}_decode.png", title),
              plot_ttft(table, out_dir / f"{study}_ttft.png", title)]
-    return write_files(study, out_dir, lines, table, plots)
+    return write_files(study, out_dir, lines, table, plots, claims_section(study, runs, uri, results["parent"]))
+
+
+def claim_figures(runs: pd.DataFrame, rows: list[str]) -> list[str]:
+    """Per row, what the claims read (harness/probes/inference.py, summary_metrics), mean over the seeds (each a
+    repeat of the measurement) with its 95 % interval."""
+    done = runs[runs["status"] == "FINISHED"]
+    keys = ("kv_fraction_of_mha", "kv_heads_fraction", "decode_batch_gain", "prefill_batch_gain",
+            "decode_over_prefill_gain", "decode_tok_s_last")
+    if "metrics.decode_tok_s_last" not in done:
+        return []
+    body = []
+    for row in rows:
+        g = done[done["tags.row"].astype(str) == row]
+        values = {k: pd.to_numeric(g.get(f"metrics.{k}"), errors="coerce").dropna().tolist() for k in keys}
+        body.append([f"**{row}**", len(g), *(bracket_cell(values[k], "{:.3f}") for k in keys[:5]),
+                     bracket_cell(values["decode_tok_s_last"], "{:,.0f}")])
+    return ["## What the claims read", "",
+            "Per row, over the seeds (each a repeat of the whole measurement): the cache per token read from its "
+            "tensors over the formula's with a key/value head for every query head, beside kv heads / query heads; at "
+            "the longest source, each phase's throughput gain from the smallest batch to the largest as a share of "
+            "linear (1: tokens/s grow as the batch), and decode's over prefill's; decode tokens/s at the largest batch "
+            "and longest source.", "",
+            *md_table(["row", "seeds", "KV / full-head KV", "KV heads / heads", "decode batch gain",
+                       "prefill batch gain", "decode / prefill gain", "decode tok/s (last point)"], body), ""]
