@@ -73,11 +73,15 @@ class TransformerConfig:
     # KIVI's and vLLM's quantized caches do: about half a bf16 cache's bytes. Training and teacher-forced scoring
     # never read a cache, so only decoding (BLEU) can change.
     kv_cache_dtype: KVCacheDtype = "model"
+    # DEVIATION (not in the paper; default 1.0, plain RoPE): RoPE position interpolation (Chen et al. 2023): each
+    # position p is rotated as p / rope_scale, so that a model trained on n positions, fine-tuned briefly, reads
+    # rope_scale x n positions within the angles it has seen instead of extrapolating past them.
+    rope_scale: float = 1.0
 
     # Fields added after studies had run without them: a trial's config hash leaves each out while it holds its
     # default, so that those studies' trials keep their hashes (harness/trial.py, hashed_settings).
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("word_positions", "family", "attention_score", "attention_window",
-                                              "kv_cache_dtype")
+                                              "kv_cache_dtype", "rope_scale")
 
     def __post_init__(self) -> None:
         # Derived fields (d_k, d_v, n_kv_heads, per-side depths) follow their rule whenever they are unset or equal
@@ -98,6 +102,7 @@ class TransformerConfig:
                 self.attention_window < 0:
             raise ConfigError(f"attention_window must be a whole number of positions >= 0 (0: full attention), got "
                               f"{self.attention_window!r}.")
+        check_rope_scale(self)
         if self.word_positions and self.positional in ("rope", "alibi", "none"):
             raise ConfigError("word_positions adds positions to the embeddings, so it needs positional=sinusoid "
                               f"or learned, not {self.positional}.")
@@ -174,6 +179,17 @@ def replace_known(cfg, changes: dict):
 def unknown_field_message(name: str) -> str:
     return (f"unknown model setting {name!r}{did_you_mean(name, field_names())}; "
             f"valid settings: {', '.join(field_names())}.")
+
+
+def check_rope_scale(cfg) -> None:
+    """rope_scale: a number >= 1 (1: plain RoPE), and other than 1 only where positions are RoPE's."""
+    scale = cfg.rope_scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 1:
+        raise ConfigError(f"rope_scale must be a number >= 1 (1: plain RoPE; F: positions read as p / F), got "
+                          f"{scale!r}.")
+    if scale != 1 and cfg.positional != "rope":
+        raise ConfigError(f"rope_scale {scale:g} interpolates RoPE's positions; it needs positional=rope, not "
+                          f"{cfg.positional}.")
 
 
 def resolve_derived(cfg, names: tuple[str, ...]) -> None:

@@ -46,6 +46,7 @@ from .config import (
     Positional,
     check_choice,
     check_positive,
+    check_rope_scale,
     check_shared,
     replace_known,
     resolve_derived,
@@ -83,10 +84,13 @@ class DecoderOnlyConfig:
     max_len: int = 2048              # positions of source and target together
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
+    rope_scale: float = 1.0          # RoPE position interpolation (TransformerConfig.rope_scale)
     pad_id: int = 0
     family: DecoderOnlyFamily = "decoder_only"
 
     DERIVED_FIELDS: ClassVar[tuple[str, ...]] = ("d_k", "d_v", "n_kv_heads")
+    # Fields added after studies had run without them: out of a trial's config hash at their defaults.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("rope_scale",)
 
     def __post_init__(self) -> None:
         check_positive(self, ("vocab_size", "d_model", "d_ff", "n_heads", "n_layers", "max_len"))
@@ -97,6 +101,7 @@ class DecoderOnlyConfig:
                               "sinusoid, learned or rope.")
         check_shared(self, (("positional", Positional), ("norm_position", NormPosition), ("norm", Norm),
                             ("ffn", FFN), ("lm", LM), ("family", DecoderOnlyFamily)))
+        check_rope_scale(self)
         if self.source_loss and self.lm != "causal":
             raise ConfigError("source_loss needs lm=causal: under the prefix mask every source position sees the "
                               "token it would predict.")

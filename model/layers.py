@@ -103,7 +103,9 @@ class Rotary(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, cfg.d_k, 2, dtype=torch.float32) / cfg.d_k))
-        angles = torch.arange(cfg.max_len, dtype=torch.float32)[:, None] * inv_freq   # (P, d_k/2)
+        # rope_scale F (position interpolation, Chen et al. 2023): position p turns as p / F
+        positions = torch.arange(cfg.max_len, dtype=torch.float32) / getattr(cfg, "rope_scale", 1.0)
+        angles = positions[:, None] * inv_freq                                         # (P, d_k/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
         self.max_len = cfg.max_len

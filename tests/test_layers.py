@@ -31,3 +31,22 @@ def test_without_positions_the_encoder_is_permutation_equivariant_and_with_sinus
         out_perm, _ = model.encode(src[:, perm])
         gap = (out_perm - out[:, perm]).abs().max().item()
         assert (gap < 1e-6) == equivariant, (positional, gap)
+
+
+def test_rope_position_interpolation_turns_position_p_as_p_over_the_scale():
+    """rope_scale F (Chen et al. 2023): the rotation at position F p is plain RoPE's at p; F = 1 is plain RoPE;
+    a scale without RoPE, or below 1, is refused."""
+    import pytest
+
+    from model.config import ConfigError
+    from model.layers import Rotary
+    from tests.helpers import small
+    plain, scaled = Rotary(small(positional="rope")), Rotary(small(positional="rope", rope_scale=2.0))
+    x = torch.randn(1, 2, 1, 8)
+    for p in (0, 1, 5, 20):
+        torch.testing.assert_close(scaled(x, offset=2 * p), plain(x, offset=p))
+    assert not torch.allclose(scaled(x, offset=3), plain(x, offset=3))
+    with pytest.raises(ConfigError, match="needs positional=rope"):
+        small(rope_scale=2.0)
+    with pytest.raises(ConfigError, match="rope_scale must be a number >= 1"):
+        small(positional="rope", rope_scale=0.5)

@@ -61,7 +61,8 @@ def manifest(settings: dict) -> dict:
             "kv_heads": cfg.n_kv_heads,
             "head_dim": cfg.d_k if cfg.d_k == cfg.d_v else f"{cfg.d_k} (keys), {cfg.d_v} (values)",
             "context_length": cfg.max_len,
-            "positions": cfg.positional,
+            "positions": cfg.positional + (f" (position interpolation: p / {float(scale):g})"
+                                           if (scale := float(settings.get("rope_scale", 1) or 1)) != 1 else ""),
             "norm": f"{'LayerNorm' if cfg.norm == 'layer' else 'RMSNorm'}, {cfg.norm_position}-norm",
             "ffn": f"{cfg.ffn}, d_ff {cfg.d_ff}",
         }
