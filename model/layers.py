@@ -103,12 +103,16 @@ class Rotary(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, cfg.d_k, 2, dtype=torch.float32) / cfg.d_k))
-        # rope_scale F (position interpolation, Chen et al. 2023): position p turns as p / F
-        positions = torch.arange(cfg.max_len, dtype=torch.float32) / getattr(cfg, "rope_scale", 1.0)
-        angles = positions[:, None] * inv_freq                                         # (P, d_k/2)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.max_len = cfg.max_len
+        self.set_scale(getattr(cfg, "rope_scale", 1.0))
+
+    def set_scale(self, scale: float) -> None:
+        """rope_scale F (position interpolation, Chen et al. 2023): position p turns as p / F from now on."""
+        positions = torch.arange(self.max_len, dtype=torch.float32, device=self.inv_freq.device) / scale
+        angles = positions[:, None] * self.inv_freq                                    # (P, d_k/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
-        self.max_len = cfg.max_len
 
     def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, h, T, d_k) at positions offset .. offset + T - 1 (as in PositionalEncoding), or `positions` (T,)

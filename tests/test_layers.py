@@ -50,3 +50,12 @@ def test_rope_position_interpolation_turns_position_p_as_p_over_the_scale():
         small(rope_scale=2.0)
     with pytest.raises(ConfigError, match="rope_scale must be a number >= 1"):
         small(positional="rope", rope_scale=0.5)
+
+
+def test_a_rotary_layer_rescaled_in_place_is_one_built_with_the_scale():
+    from model.layers import Rotary
+    from tests.helpers import small
+    built, rescaled = Rotary(small(positional="rope", rope_scale=3.0)), Rotary(small(positional="rope"))
+    rescaled.set_scale(3.0)
+    torch.testing.assert_close(rescaled.cos, built.cos)
+    torch.testing.assert_close(rescaled.sin, built.sin)

@@ -39,7 +39,7 @@ __all__ = ["BUILTIN", "Context", "Measurement", "Metric", "SectionContext", "reg
 
 BUILTIN = ("harness.measure.agreement", "harness.measure.curve_bleu", "harness.measure.source_attention",
            "harness.measure.attention_stats", "harness.measure.length", "harness.measure.heads",
-           "harness.measure.kv_int8", "harness.measure.grad_norms")
+           "harness.measure.kv_int8", "harness.measure.grad_norms", "harness.measure.rope_pi")
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Context:
     out: Path | None = None     # the run directory (artifacts beside the weights; None: write nothing)
     clock: dict = field(default_factory=dict)    # tokens_seen, train_seconds so far
     step: int = 0
+    rate_at: Callable[[int], float] | None = None    # the run's learning rate at an update (its schedule)
 
 
 @dataclass

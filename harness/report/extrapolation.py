@@ -76,3 +76,30 @@ def _plot(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[int, str]], p
     fig.suptitle(f"{plot_title(path.stem.removesuffix('_length'), runs)}: by source length, the mean over "
                  f"{seeds} seed{'s' * (seeds != 1)} a row", fontsize=10)
     return save_png(fig, path)
+
+
+def pi_section(runs: pd.DataFrame, order: list[str]) -> tuple[list[str], list[Path]]:
+    """RoPE position interpolation (harness/eval/rope_pi.py): per row that measured it, each length bucket's PPL
+    after the plain fine-tune and after the interpolated one, and their difference in ln PPL, over seeds."""
+    rows = [r for r in order if "metrics.pi_plain_b0_ppl" in runs and finished(runs, r)["metrics.pi_plain_b0_ppl"]
+            .notna().any()]
+    if not rows:
+        return [], []
+    buckets = _buckets(runs)
+    lines = ["## RoPE position interpolation", "",
+             "From each row's final weights, two brief fine-tunes on sentences of up to `train.rope_pi_factor` times "
+             "the training length (the same steps, sentences and rate: the run's last), one with RoPE's positions as "
+             "they are and one interpolated (position p turned as p / factor: Chen et al. 2023), each then scored on "
+             "the length buckets above; the weights are restored afterwards. Δ = ln PPL plain − interpolated (> 0: "
+             "interpolation reads the longer sentences better). Means over seeds ± half their 95 % t-intervals.", ""]
+    for row in rows:
+        done = finished(runs, row)
+        col = lambda k: done[f"metrics.{k}"].dropna() if f"metrics.{k}" in done else pd.Series(dtype=float)  # noqa: E731
+        body = [[f"{label} words" + (" (trained)" if i == 0 else ""), interval_cell(col(f"pi_plain_b{i}_ppl")),
+                 interval_cell(col(f"pi_interp_b{i}_ppl")), interval_cell(col(f"pi_gain_b{i}_nll"), "{:+.3f}")]
+                for i, label in buckets]
+        factor, steps = col("pi_factor"), col("pi_steps")
+        lines += [f"**{row}** ({len(done)} seeds; fine-tuned {int(steps.iloc[0]) if len(steps) else '?'} steps on "
+                  f"sentences up to {factor.iloc[0]:g} x the training length):" if len(factor) else f"**{row}**:", "",
+                  *md_table(["source length", "PPL, plain fine-tune", "PPL, interpolated", "Δ ln PPL"], body), ""]
+    return lines, []

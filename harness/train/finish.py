@@ -15,7 +15,7 @@ from harness.io import atomic_write, atomic_writer
 from harness.measure.registry import Context, measured
 from harness.train.checkpoint import Checkpointer
 from harness.train.compile import compiled_graphs
-from harness.train.config import TrainConfig
+from harness.train.config import TrainConfig, rate_at
 from harness.train.patience import Patience, window
 
 
@@ -62,8 +62,10 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
         metrics.update(test_metrics)
     # The measurements taken on the final weights (harness/measure), in the registry's order
+    rate = lambda s: rate_at(s, cfg, model.cfg.d_model)        # noqa: E731   the schedule (plateau: unshrunk)
     metrics.update(measured(cfg.active(), "at_end", lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang,
-                                                                   data_cfg, cfg, device, autocast, out)))
+                                                                   data_cfg, cfg, device, autocast, out,
+                                                                   rate_at=rate)))
     metrics.update(last_metrics)
     metrics["averaged_checkpoints"] = averaged
     return metrics, hyps

@@ -29,7 +29,7 @@ from harness.measure.registry import Context
 from harness.measure.registry import get as get_measurement
 from harness.measure.registry import validate as validate_measurement
 from harness.train.checkpoint import average_checkpoints, checkpoint_path, checkpoint_step, list_checkpoints
-from harness.train.config import TrainConfig
+from harness.train.config import TrainConfig, rate_at
 from harness.train.device import autocast_for, resolve_device
 from model import ConfigError, ModelConfig, build_model, config_from_dict
 
@@ -207,5 +207,6 @@ def measure_run(run_dir: str | Path, name: str, settings: dict, device: str = "a
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     ctx = Context(run.model, run.tokenizer, dev, lang, run.data, run.train, run.device,
-                  autocast_for(run.device, run.train.amp, run.train.cpu_amp), out)
+                  autocast_for(run.device, run.train.amp, run.train.cpu_amp), out,
+                  rate_at=lambda s: rate_at(s, run.train, run.model.cfg.d_model))
     return m.at_end(ctx, chosen), len(run.checkpoints)

@@ -31,11 +31,11 @@ from harness.data.synth.corpus import synth_config, synth_corpus_dir, write_corp
 from harness.data.synth.french import french_elide, french_lexicon
 from harness.data.synth.grammar import TARGETS, Marked
 from harness.data.synth.lexicon import lexicon
-from harness.data.synth.probes import Contrast, LengthBucket, agreement_pairs, length_buckets
+from harness.data.synth.probes import FINETUNE_STREAM, Contrast, LengthBucket, agreement_pairs, length_buckets
 from harness.data.synth.sentences import generate
 
 __all__ = [
     "GENERATOR_VERSION", "MAX_PAIRS", "SPLITS", "Example", "SynthConfig", "lexicon", "french_elide",
     "french_lexicon", "TARGETS", "Marked", "generate", "Contrast", "LengthBucket", "agreement_pairs",
-    "length_buckets", "synth_config", "synth_corpus_dir", "write_corpus"
+    "length_buckets", "FINETUNE_STREAM", "synth_config", "synth_corpus_dir", "write_corpus"
 ]

@@ -54,6 +54,7 @@ def _contrasts(src: list, tgt: list) -> list[Contrast]:
 
 # ------------------------------------------------------------------------------- sentences by length
 LENGTH_STREAM = 4   # the random stream of the length buckets (§3.5): none of train, dev, test and the contrasts
+FINETUNE_STREAM = 5  # the long sentences a RoPE model is fine-tuned on (position interpolation): none of the above
 MAX_LENGTH_DRAWS = 1_000_000
 
 
