@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.errors import UserError, one_line_warning
+from harness.errors import UserError, one_line_warning, suggest
 
 
 def invocation_name(text: str) -> str:
@@ -251,6 +251,39 @@ def _cmd_probe_agreement(args) -> int:
     return 0
 
 
+def _cmd_probe_measure(args) -> int:
+    """Any measurement taken on final weights (harness/measure), on a finished run, its settings from --set."""
+    import dataclasses
+    import typing
+
+    from harness.measure.registry import measurements
+    from harness.train.rescore import measure_run
+    names = [m.name for m in measurements() if m.at_end is not None]
+    m = next((x for x in measurements() if x.name == args.name), None)
+    if m is None or m.at_end is None:
+        raise UserError(f"measurement {args.name!r} is not one taken on final weights{suggest(args.name, names)}; "
+                        f"those are: {', '.join(names)}.")
+    types = typing.get_type_hints(m.settings)
+    settings = {}
+    for item in args.sets:
+        key, sep, value = item.partition("=")
+        if not sep or key not in types:
+            raise UserError(f"--set {item}: give FIELD=VALUE with FIELD one of "
+                            f"{', '.join(f.name for f in dataclasses.fields(m.settings))} (measurement {m.name}).")
+        try:
+            settings[key] = (value.lower() in ("1", "true", "yes")) if types[key] is bool else types[key](value)
+        except ValueError:
+            raise UserError(f"--set {item}: {key} must be a {types[key].__name__}.") from None
+    metrics, averaged = measure_run(args.run_dir, m.name, settings, args.device)
+    if args.json:
+        print(json.dumps(metrics))
+        return 0
+    print(f"{args.run_dir}: measurement {m.name} ({averaged} checkpoint{'s' * (averaged > 1)} averaged)")
+    for key, value in metrics.items():
+        print(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
+    return 0
+
+
 def _cmd_probe_heads(args) -> int:
     """The heads probe on a finished run: heads.json and the paper's Figures 3-5 as PNGs in --out, a summary."""
     from harness.io import check_writable
@@ -441,6 +474,16 @@ def _add_probes(sub) -> None:
     ag.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ag.add_argument("--json", action="store_true")
     ag.set_defaults(func=_cmd_probe_agreement)
+
+    me = probes.add_parser("measure", help="any measurement taken on final weights (harness/measure: kv_int8, "
+                           "rope_pi, length, agreement, heads, ...) on a finished run, as the run would take it")
+    me.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
+    me.add_argument("name", help="the measurement's name (`python -m harness settings` lists each with its settings)")
+    me.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
+                    help="one of the measurement's settings, e.g. sentences=200 (repeatable)")
+    me.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    me.add_argument("--json", action="store_true")
+    me.set_defaults(func=_cmd_probe_measure)
 
     hd = probes.add_parser("heads", help="the paper's Figures 3-5 measured: head scores against the made-up corpus's "
                            "gold relations, each head masked, pruning curves, attention against causality")

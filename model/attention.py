@@ -55,7 +55,9 @@ class Int8Rows:
         return rows
 
     def __setitem__(self, index, x: torch.Tensor) -> None:
-        s = (x.detach().abs().amax(-1, keepdim=True).float() / 127).clamp_min(1e-8).to(torch.float16)
+        # the scale as stored (float16), never 0 (at least float16's smallest subnormal, 2^-24): an all-zero row
+        # reads back as zeros, not 0 / 0
+        s = (x.detach().abs().amax(-1, keepdim=True).float() / 127).to(torch.float16).clamp_min(2.0 ** -24)
         self.q[index] = (x.float() / s.float()).round().clamp(-127, 127).to(torch.int8)
         self.scale[index] = s
 
@@ -71,6 +73,19 @@ class Int8Rows:
 
     def nbytes(self) -> int:
         return self.q.numel() + self.scale.numel() * self.scale.element_size()
+
+    def reorder(self, n: int, index: torch.Tensor) -> None:
+        """Beam search: rows `index` of the batch, positions :n, moved as stored (exact, no re-quantizing)."""
+        self.q[:, :, :n] = self.q[:, :, :n].index_select(0, index)
+        self.scale[:, :, :n] = self.scale[:, :, :n].index_select(0, index)
+
+
+def _reorder(t, n: int, index: torch.Tensor) -> None:
+    """A cache buffer's positions :n, rows `index` of the batch kept (an Int8Rows as stored)."""
+    if isinstance(t, Int8Rows):
+        t.reorder(n, index)
+    else:
+        t[:, :, :n] = t[:, :, :n].index_select(0, index)
 
 
 @contextmanager
@@ -134,8 +149,8 @@ class KVCache:
         # Only the filled positions move (a self-attention buffer is written up to `length`; a cross-attention
         # cache has length 0 and is used whole).
         n = self.length or self.k.size(2)
-        self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
-        self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
+        _reorder(self.k, n, index)
+        _reorder(self.v, n, index)
 
     def nbytes(self) -> int:
         return _nbytes(self.k) + _nbytes(self.v)
@@ -186,8 +201,8 @@ class WindowKVCache(KVCache):
         if self.k is None:
             return
         n = min(self.length, self.k.size(2))
-        self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
-        self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
+        _reorder(self.k, n, index)
+        _reorder(self.v, n, index)
 
 
 class MultiHeadAttention(nn.Module):

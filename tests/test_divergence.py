@@ -53,3 +53,20 @@ def test_the_rows_report_tables_which_seeds_diverged_and_where():
     assert "| **post24** | 1 of 2 | seed 0: step 37 | 995.0 | 5e+04 |" in lines
     assert "| **pre24** | 0 of 2 | – | 995.0 | – |" in lines
     assert divergence_section(runs.drop(columns=["metrics.diverged"]), ["post24"]) == []
+
+
+def test_a_resumed_run_keeps_the_start_it_measures_divergence_from(tmp_path, capsys):
+    """The start PPL and a divergence are in every checkpoint: a run resumed after its first checkpoint measures
+    divergence from its own start (not from the resumed weights), and a diverged run does not train on."""
+    import json
+
+    from harness.cli import main
+    from harness.train.checkpoint import DIVERGENCE_KEYS, load_checkpoint
+    from tests.helpers import train_small
+    train_small(main, capsys, tmp_path, "transformer", "train.stop_diverged=true", "train.checkpoint_every=10",
+                "train.checkpoint_minutes=0", steps=30)
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    ckpts = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
+    state = load_checkpoint(ckpts[-1])
+    assert set(state["divergence"]) == {"dev_ppl_start"} and DIVERGENCE_KEYS[0] == "dev_ppl_start"
+    assert state["divergence"]["dev_ppl_start"] == first["dev_ppl"]

@@ -22,6 +22,8 @@ def test_rows_read_back_within_half_a_step_of_their_scale():
     step = x.abs().amax(-1, keepdim=True) / 127
     assert ((back - x).abs() <= 0.5 * step * 1.01 + 1e-7).all()
     assert rows.q.dtype == torch.int8 and rows.nbytes() == x.numel() + 2 * 3 * 5 * 2     # int8 + fp16 scales
+    zeros = Int8Rows.of(torch.zeros(1, 1, 2, 4))                                           # no 0 / 0
+    assert torch.equal(zeros[:, :, :], torch.zeros(1, 1, 2, 4)) and (zeros.scale > 0).all()
     rows[:, :, 1:2] = x[:, :, 3:4]                                                         # a slot rewritten
     torch.testing.assert_close(rows[:, :, 1:2], back[:, :, 3:4], atol=1e-6, rtol=1e-3)
 

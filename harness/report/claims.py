@@ -311,7 +311,8 @@ def value_verdict(claim: Claim, values: dict[str, dict[int, float]],
     result = "holds" if all(v == "holds" for v in verdicts) else "contradicted" if "contradicted" in verdicts \
         else "inconclusive"
     worst = max(ran, key=lambda p: abs(p["diff"]))
-    return {**out, "a_row": worst["row"], "verdict": result, "n": min(p["n"] for p in ran), "diff": worst["diff"],
+    return {**out, "a_row": worst["row"], "part_metric": worst["metric"], "verdict": result,
+            "n": min(p["n"] for p in ran), "diff": worst["diff"],
             "low": worst["low"], "high": worst["high"], "a_mean": worst["a_mean"], "b_mean": worst["b_mean"],
             "parts": parts if len(parts) > 1 else []}
 

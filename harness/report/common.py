@@ -596,8 +596,9 @@ def _claim_cells(c: dict) -> tuple[str, str, str]:
     difference with its interval and what the claim asks of it."""
     claim = c["claim"]
     paper = claim.paper
-    unit = "ln PPL" if claim.metric.endswith("nll") else claim.metric
-    a_val, b_val = _claim_value(claim.metric, c["a_mean"]), _claim_value(claim.metric, c["b_mean"])
+    metric = c.get("part_metric", claim.metric)       # a value claim's figures are its farthest part's
+    unit = "ln PPL" if metric.endswith("nll") else metric
+    a_val, b_val = _claim_value(metric, c["a_mean"]), _claim_value(metric, c["b_mean"])
     if claim.expect == "sooner":     # time to quality against each rival
         paper_cell = paper.get("finding", "–")
         ours = (f"{c['a']} against {c['b']}: the slowest part, against {c['b_row']}, took "
@@ -609,6 +610,8 @@ def _claim_cells(c: dict) -> tuple[str, str, str]:
         ours = f"{c['a']}: {_num3(c['a_mean'])} vs {c['b']}: {_num3(c['b_mean'])}"
     elif claim.expect == "value":      # one row's measurement against the formula
         paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
+        if c.get("parts"):
+            ours += f" (the part farthest from it: {c['a_row']}, {metric})"
     elif claim.expect == "above":    # one row's measurement against a threshold
         paper_cell = paper.get("finding", "–")
         ours = f"{c['a']}: {c['a_mean']:.3g} against {c['b_mean']:g}"

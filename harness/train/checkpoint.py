@@ -77,6 +77,11 @@ def set_rng_state(rng: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(rng["cuda"], device)
 
 
+# The clock's keys of train.stop_diverged, kept in every checkpoint so that a resumed run measures divergence from
+# its own start and a run that diverged does not train on.
+DIVERGENCE_KEYS = ("dev_ppl_start", "diverged_step")
+
+
 class Checkpointer:
     """Saves and restores one run's checkpoints in `ckpt_dir` (step_XXXXXXXX.pt), keeps the newest `keep`,
     and averages the last n. `config` is the run's resolved config: a checkpoint written under another one
@@ -121,7 +126,7 @@ class Checkpointer:
             set_rng_state(state["rng"], self.device)
         return state["step"], {"train_seconds": state["train_seconds"], "tokens_seen": state["tokens_seen"],
                                "wall_seconds": state.get("wall_seconds", state["train_seconds"]),
-                               "cpu_seconds": state.get("cpu_seconds", 0.0)}
+                               "cpu_seconds": state.get("cpu_seconds", 0.0), **state.get("divergence", {})}
 
     def save(self, step: int, model, opt, stream_state: dict, clock: dict, rule: dict | None = None) -> None:
         """Write the state after `step`; stream_state is the stream's state_dict (epoch, position), rule the
@@ -136,6 +141,8 @@ class Checkpointer:
             "wall_seconds": clock.get("wall_seconds", clock["train_seconds"]),
             "cpu_seconds": clock.get("cpu_seconds", 0.0),
             "tokens_seen": clock["tokens_seen"], "rng": rngs[0],
+            # train.stop_diverged: the start divergence is measured from, and where the run diverged
+            "divergence": {k: clock[k] for k in DIVERGENCE_KEYS if k in clock},
             **({"rank_rng": rngs} if self.ranks.world > 1 else {}), **({"rule": rule} if rule else {})})
         self.prune(self.keep)
 

@@ -125,6 +125,9 @@ class TrainConfig:
             raise UserError(f"optimizer {self.optimizer!r} is not known; use one of {', '.join(OPTIMIZERS)}.")
         if self.schedule not in SCHEDULES:
             raise UserError(f"schedule {self.schedule!r} is not known; use one of {', '.join(SCHEDULES)}.")
+        if self.no_warmup and self.schedule != "noam":
+            raise UserError(f"no_warmup removes the noam schedule's ramp; schedule {self.schedule} has its own "
+                            "linear warmup (set train.warmup 1 instead).")
         if self.schedule in ("constant_decay", "plateau") and not self.lr > 0:
             raise UserError(f"schedule {self.schedule} needs a rate: set train.lr (e.g. 0.001 for Adam, 0.25 for "
                             "nesterov).")

@@ -221,7 +221,8 @@ def stopped_already(rule: Patience | None, clock: dict) -> bool:
 
 def diverged_on_dev(cfg: TrainConfig, clock: dict, step: int, ranks: Ranks, dev_ppl: float | bool) -> bool:
     """stop_diverged, after a dev evaluation: rank 0's dev PPL above the start, on every rank (True: stop)."""
-    if not cfg.stop_diverged or not ranks.agree(bool(dev_ppl) and dev_ppl > clock["dev_ppl_start"]):
+    # not (dev_ppl <= start): a NaN dev PPL (weights gone non-finite while the loss was not) is divergence too
+    if not cfg.stop_diverged or not ranks.agree(dev_ppl is not False and not dev_ppl <= clock["dev_ppl_start"]):
         return False
     clock["diverged_step"] = step
     return True
