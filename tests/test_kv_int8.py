@@ -97,3 +97,20 @@ def test_a_run_measures_its_bleu_with_an_int8_cache(tmp_path, capsys):
     assert main(["train", "--set", "model.family=rnn", "--set", "train.kv_int8_sentences=4", "--set",
                  "train.steps=1", "--out", str(tmp_path / "rnn")]) == 2
     assert "int8 cache" in capsys.readouterr().err
+
+
+def test_probe_measure_takes_it_on_a_finished_run(tmp_path, capsys):
+    """`probe measure RUN kv_int8 --set sentences=N`: the measurement on a run that did not take it; a name that is
+    not one, or a setting it does not have, is one sentence."""
+    import json
+
+    from harness.cli import main
+    from tests.helpers import train_small
+    train_small(main, capsys, tmp_path, "transformer", "model.n_layers=1", steps=9)
+    assert main(["probe", "measure", str(tmp_path / "run"), "kv_int8", "--set", "sentences=6", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["kv_sentences"] == 6 and "kv_beam_bleu_delta" in got
+    assert main(["probe", "measure", str(tmp_path / "run"), "kv_int9"]) == 2
+    assert "did you mean kv_int8" in capsys.readouterr().err
+    assert main(["probe", "measure", str(tmp_path / "run"), "kv_int8", "--set", "sentenses=6"]) == 2
+    assert "FIELD one of sentences" in capsys.readouterr().err
