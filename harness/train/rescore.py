@@ -97,6 +97,13 @@ def run_tokenizer(run_dir: Path, model_cfg: ModelConfig, data_cfg: DataConfig) -
     return Tokenizer(train_bpe(train, model_cfg.vocab_size, Path(data_cfg.cache_dir).resolve() / "bpe", symbols))
 
 
+def run_text_form(run_dir: Path, run) -> str:
+    """The form of the text a run trained on: as the run recorded it, else as its data directory's manifest says
+    (generated text is raw)."""
+    return _run_metrics(run_dir).get("text_form") or (
+        text_form(Path(run.data.name)) if run.data.task != "parse" and Path(run.data.name).is_dir() else "raw")
+
+
 def read_split(data_dir: Path, split: str, task: str, tokenizer: Tokenizer, max_len: int,
                tagged: bool = False, form: str = "raw") -> tuple[Split, str]:
     """One split of a prepared directory, encoded with the run's tokenizer, in the text form the run trained
@@ -169,8 +176,7 @@ def rescore(run_dir: str | Path, data_dir: str | Path, split: str = "test", devi
     train_cfg = run.train
     # the form of the text the run trained on: as the run recorded it, else as its data directory's manifest says
     # (generated text is raw)
-    form = _run_metrics(Path(run_dir)).get("text_form") or (
-        text_form(Path(run.data.name)) if run.data.task != "parse" and Path(run.data.name).is_dir() else "raw")
+    form = run_text_form(Path(run_dir), run)
     data, lang = read_split(Path(data_dir), split, run.data.task, run.tokenizer, run.model.cfg.max_len,
                             run.data.parse_tags, form)
     metrics, _ = evaluate(run.model, run.tokenizer, data, run.device, prefix=split, beam_size=train_cfg.beam_size,
@@ -203,7 +209,7 @@ def measure_run(run_dir: str | Path, name: str, settings: dict, device: str = "a
     check = (lambda data_cfg: m.check(chosen, model_cfg, data_cfg)) if m.check is not None else None
     run = load_run(Path(run_dir), device, check_data=check)
     dev, lang = read_split(corpus_dir(run.data), "dev", run.data.task, run.tokenizer, run.model.cfg.max_len,
-                           run.data.parse_tags)
+                           run.data.parse_tags, run_text_form(Path(run_dir), run))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     ctx = Context(run.model, run.tokenizer, dev, lang, run.data, run.train, run.device,
