@@ -10,11 +10,11 @@ import json
 import math
 from pathlib import Path
 
-from harness.errors import suggest
 from harness.io import atomic_write
 from harness.probes.inference_spec import InferenceSpec, inference_fields
 from harness.study.estimate import Timing
-from harness.study.spec import Checker, Selection, Study, StudyFile, probe_layers
+from harness.study.spec import Checker, Selection, Study, StudyFile, load_probe_study
+from harness.study.spec import probe_settings as checked_probe_settings
 from harness.tracking import TrialRun
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial
@@ -23,13 +23,10 @@ probe_type = InferenceSpec
 
 
 def probe_settings(chk: Checker, values: dict, where: str) -> dict:
-    fields = inference_fields()
-    for key in values:
-        if key not in fields:
-            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
     if "model" in values and not isinstance(values["model"], dict):
         chk.fail(f"{where}.model", f"must be a mapping of model settings, got {values['model']!r}.")
-    return {k: v if k == "model" else tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    out = checked_probe_settings(chk, {k: v for k, v in values.items() if k != "model"}, where, inference_fields())
+    return {**out, **({"model": values["model"]} if "model" in values else {})}
 
 
 def _merged(*layers: dict) -> dict:
@@ -43,22 +40,17 @@ def _merged(*layers: dict) -> dict:
     return out
 
 
+def _spec(base: dict, row: dict, profile: dict) -> InferenceSpec:
+    spec = InferenceSpec(**_merged(base, row, profile))
+    spec.validate()
+    from harness.probes.inference import model_config  # the shape must build: refused before any run
+    model_config(spec)
+    return spec
+
+
 def load(file: StudyFile, sel: Selection) -> Study:
     """A study whose rows are shapes: base.probe -> row -> profile.probe (their `model` mappings merged)."""
-    chk = file.chk
-    layers = probe_layers(file, sel, probe_settings)
-    trials = []
-    for r in layers.chosen:
-        try:
-            spec = InferenceSpec(**_merged(layers.base, layers.rows[r], layers.profile_probe))
-            spec.validate()
-            from harness.probes.inference import model_config  # the shape must build: refused before any run
-            model_config(spec)
-        except (TypeError, ValueError) as err:
-            chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}")
-        trials += [Trial(row=r, seed=s, kind="inference", probe=spec) for s in layers.seeds]
-    return Study(**file.head, profile=layers.profile, rows=layers.chosen, seeds=layers.seeds, resources=layers.needs,
-                 requires=layers.requires, trials=trials)
+    return load_probe_study(file, sel, probe_settings, _spec, "inference")
 
 
 def print_trials(study: Study, timing: Timing = Timing()) -> None:

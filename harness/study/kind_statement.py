@@ -10,11 +10,11 @@ import json
 import math
 from pathlib import Path
 
-from harness.errors import suggest
 from harness.io import atomic_write
 from harness.probes.statement_spec import METRICS, StatementSpec, statement_fields
 from harness.study.estimate import Timing
-from harness.study.spec import Checker, Selection, Study, StudyFile, probe_layers
+from harness.study.spec import Checker, Selection, Study, StudyFile, load_probe_study
+from harness.study.spec import probe_settings as checked_probe_settings
 from harness.tracking import TrialRun
 from harness.train.dist import SINGLE, Ranks
 from harness.trial import Trial
@@ -23,27 +23,18 @@ probe_type = StatementSpec
 
 
 def probe_settings(chk: Checker, values: dict, where: str) -> dict:
-    fields = statement_fields()
-    for key in values:
-        if key not in fields:
-            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return checked_probe_settings(chk, values, where, statement_fields())
+
+
+def _spec(base: dict, row: dict, profile: dict) -> StatementSpec:
+    spec = StatementSpec(**{**base, **row, **profile})
+    spec.validate()
+    return spec
 
 
 def load(file: StudyFile, sel: Selection) -> Study:
     """A study whose rows are statements measured: base.probe -> row -> profile.probe."""
-    chk = file.chk
-    layers = probe_layers(file, sel, probe_settings)
-    trials = []
-    for r in layers.chosen:
-        try:
-            spec = StatementSpec(**{**layers.base, **layers.rows[r], **layers.profile_probe})
-            spec.validate()
-        except (TypeError, ValueError) as err:
-            chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}.")
-        trials += [Trial(row=r, seed=s, kind="statement", probe=spec) for s in layers.seeds]
-    return Study(**file.head, profile=layers.profile, rows=layers.chosen, seeds=layers.seeds, resources=layers.needs,
-                 requires=layers.requires, trials=trials)
+    return load_probe_study(file, sel, probe_settings, _spec, "statement")
 
 
 def describe(spec: StatementSpec) -> str:

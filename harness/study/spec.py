@@ -365,3 +365,30 @@ def probe_layers(file: StudyFile, sel: Selection, settings: Callable[[Checker, d
         chk.fail("resources.workers", f"must be 1 for a {kind} study: its probe times one process.")
     return ProbeLayers(profile, base_probe, rows, prof_probe, needs, requires, pick_rows(file.path, all_rows, sel.rows),
                        sel.seeds if sel.seeds else file.seeds)
+
+
+
+def probe_settings(chk: Checker, values: dict, where: str, fields: list[str]) -> dict:
+    """A probe row's settings checked against `fields` (an unknown key is one sentence, with a suggestion), lists
+    made tuples (the specs are frozen and hashed)."""
+    for key in values:
+        if key not in fields:
+            chk.fail(f"{where}.{key}", f"unknown probe setting{suggest(key, fields)}; allowed: {', '.join(fields)}.")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+def load_probe_study(file: StudyFile, sel: Selection, settings: Callable[[Checker, dict, str], dict],
+                     build: Callable[[dict, dict, dict], Any], kind: str) -> Study:
+    """A study whose rows are probe settings: base.probe -> row -> profile.probe, each row's spec made by
+    build(base, row, profile) (it raises TypeError or ValueError for settings it refuses), a trial a seed."""
+    chk = file.chk
+    layers = probe_layers(file, sel, settings)
+    trials = []
+    for r in layers.chosen:
+        try:
+            spec = build(layers.base, layers.rows[r], layers.profile_probe)
+        except (TypeError, ValueError) as err:
+            chk.fail(f"rows.{r} (profile {layers.profile})", f"{err}".rstrip(".") + ".")
+        trials += [Trial(row=r, seed=s, kind=kind, probe=spec) for s in layers.seeds]
+    return Study(**file.head, profile=layers.profile, rows=layers.chosen, seeds=layers.seeds, resources=layers.needs,
+                 requires=layers.requires, trials=trials)
