@@ -54,3 +54,16 @@ def test_the_report_section_tables_first_and_last_layers_and_draws_them(tmp_path
     assert table[0].startswith("| **post** | 1.1 [") and "| 4.00 [4.00, 4.00] |" in table[0]
     assert table[0].endswith("| 3.00 [3.00, 3.00] |") and table[1].endswith("| 1.00 [1.00, 1.00] |")
     assert plots[0].exists() and plots[0].stat().st_size > 1000
+
+
+def test_measuring_leaves_the_random_stream_as_it_was():
+    """The backward pass runs dropout, which draws from torch's generator; its state is put back, so that a run
+    that measures trains as one that does not."""
+    torch.manual_seed(0)
+    model = Transformer(small(p_drop=0.3))
+    data = ParallelData([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]])
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    layer_grad_norms(model, data, 2, torch.device("cpu"), 0.1, lambda: torch.autocast("cpu", enabled=False))
+    assert torch.equal(torch.rand(3), expected)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import torch
 
 LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.")
 
@@ -18,6 +19,8 @@ def layer_grad_norms(model, data, sentences: int, device, label_smoothing: float
     dropout as in training). The gradients are cleared again afterwards."""
     n = min(sentences, len(data))
     batch = data.collate(np.arange(n)).to(device)
+    # dropout draws from the generators: their states are put back, so that measuring leaves training as it was
+    rng = torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
     model.train()
     model.zero_grad(set_to_none=True)
     with autocast():
@@ -30,4 +33,7 @@ def layer_grad_norms(model, data, sentences: int, device, label_smoothing: float
             key = f"gradnorm_{m.group(1)[:3]}_{m.group(2)}"
             squares[key] = squares.get(key, 0.0) + float(p.grad.float().pow(2).sum())
     model.zero_grad(set_to_none=True)
+    torch.set_rng_state(rng[0])
+    if rng[1] is not None:
+        torch.cuda.set_rng_state(rng[1], device)
     return {k: v ** 0.5 for k, v in squares.items()}

@@ -10,6 +10,7 @@ import dataclasses
 import json
 
 from harness.errors import UserError
+from harness.train.config import measurement_keys
 from model import to_dict
 
 # Settings that say how a run is operated or logged, not what it computes: never a departure.
@@ -47,12 +48,13 @@ def departures(study) -> list[dict]:
         if trial.row in theirs and trial.data.name == "synth" != theirs[trial.row]["data.name"]:
             theirs[trial.row].update({f"data.{k}": None for k in SYNTH_ONLY})
     out: dict[str, dict[tuple, list[str]]] = {}
+    measured = {f"train.{k}" for k in measurement_keys()}      # what a row measures is no departure
     for trial in study.trials:
         if trial.seed != study.seeds[0] or trial.row not in theirs:
             continue
         ours = _flat(trial)
         for key, value in ours.items():
-            if key in OPERATIONAL or theirs[trial.row].get(key) == value:
+            if key in OPERATIONAL or key in measured or theirs[trial.row].get(key) == value:
                 continue
             side = "model.n_layers" if key in PER_SIDE and "model.n_layers" in ours else None   # a rival has no N
             if side and value == ours[side] and theirs[trial.row].get(key) == theirs[trial.row][side]:

@@ -203,6 +203,12 @@ class TrainConfig:
             later.update({key: getattr(default, name) for key, name in m.keys().items()})
         return later
 
+def measurement_keys() -> set[str]:
+    """The `train.` keys of every measurement's settings: what a run measures beside or after training, never what
+    it trains (the departures from the paper leave them out)."""
+    return set(setting_keys())
+
+
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIMIZERS = ("adam", "nesterov")
 SCHEDULES = ("noam", "constant_decay", "plateau")
