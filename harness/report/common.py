@@ -246,7 +246,7 @@ def _value(v) -> str:
         f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _measured(key: str) -> bool:
+def is_measurement_setting(key: str) -> bool:
     """Whether a departure's key is a measurement's setting (what a row measures, not what it trains)."""
     from harness.measure.registry import setting_keys
     return key.startswith("train.") and key[len("train."):] in setting_keys()
@@ -269,7 +269,7 @@ def departure_lines(tags: dict, rows: str) -> list[str]:
              "the study's `paper` profile (– : a setting of the made-up corpus, which the paper's WMT data does not "
              "have). Why each was chosen: the profile's comments in the study file and docs/calibration.md.", ""]
     for d in items:
-        if "key" in d and _measured(d["key"]):     # a measurement (a run stored before they were left out)
+        if "key" in d and is_measurement_setting(d["key"]):     # a measurement (a run stored before they were left out)
             continue
         if "note" in d:           # a departure no setting shows (the profile's departure_notes)
             lines.append(f"- not a setting: {d['note']}")
@@ -389,7 +389,7 @@ def row_departures(tags: dict) -> dict[str, dict[str, tuple]]:
     except ValueError:
         return {}
     return {d["key"]: {row: (v["ours"], v["paper"]) for v in d["values"] for row in v["rows"]} for d in items
-            if "key" in d and not _measured(d["key"])}      # a departure_notes line is no setting of a row
+            if "key" in d and not is_measurement_setting(d["key"])}      # a departure_notes line is no setting of a row
 
 
 def _departs_unlike(x: tuple | None, y: tuple | None) -> bool:

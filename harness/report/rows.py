@@ -22,6 +22,7 @@ from harness.report.common import (
     declared_rows,
     finished,
     header_lines,
+    is_measurement_setting,
     md_table,
     measurement_sections,
     num,
@@ -107,9 +108,10 @@ def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
         derived_from = {"model.n_kv_heads": "model.n_heads", "model.n_enc_layers": "model.n_layers",
                         "model.n_dec_layers": "model.n_layers"}
         return k in derived_from and params.get(k) == params.get(derived_from[k])
+    # a measurement's settings say what a row measures, not what it trains: no change
     return [", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(params.items())
                       if k.startswith(("model.", "train.", "data.")) and k not in shown and base.get(k) != v
-                      and not implied(k, params))
+                      and not implied(k, params) and not is_measurement_setting(k))
             for params in table["_params"]]
 
 
