@@ -152,7 +152,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
     context = lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang, data_cfg, cfg, device,  # noqa: E731
                               autocast, out, clock, step)
     dev_perplexity = lambda: perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)  # noqa: E731
-    at_initialisation(measures, context, cfg, clock, step, log, dev_perplexity) if ranks.is_main else None
+    at_initialisation(measures, context, cfg, clock, step, log, dev_perplexity, ranks.is_main)
     model.train()
     with stream:
         while step < cfg.steps and not out_of_time() and not stop_now:
@@ -203,9 +203,12 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
         data_cfg=data_cfg, rule=rule)
 
 
-def at_initialisation(measures, context, cfg: TrainConfig, clock: dict, step: int, log, dev_ppl) -> None:
+def at_initialisation(measures, context, cfg: TrainConfig, clock: dict, step: int, log, dev_ppl,
+                      is_main: bool) -> None:
     """Rank 0, before the first update: the measurements taken on the initialisation, and (stop_diverged) the dev
     PPL that divergence is measured from (dev_ppl(), once: a resumed run keeps it in its clock)."""
+    if not is_main:
+        return
     if step == 0 and any(m.at_init for m, _ in measures):
         log.record(0, measured(measures, "at_init", context))
     if cfg.stop_diverged and "dev_ppl_start" not in clock:
