@@ -80,3 +80,59 @@ def test_quick_run_scaling_tiny_grid(tmp_path):
     assert res["config"]["torch_threads"] == 1 and torch.get_num_threads() == threads  # restored
     sc.plot(res, tmp_path / "t1.png")
     assert (tmp_path / "t1.png").stat().st_size > 1000
+
+
+def _visible(layer, n: int, d: int) -> torch.Tensor:
+    """(n, n) True where output i depends on input j (a gradient check, float64)."""
+    x = torch.randn(1, n, d, dtype=torch.float64, requires_grad=True)
+    y = layer.double()(x)
+    return torch.stack([torch.autograd.grad(y[0, i].sum(), x, retain_graph=True)[0][0].abs().sum(-1) > 0
+                        for i in range(n)])
+
+
+def test_model_window_layer_sees_what_restricted_attention_sees():
+    # The model's own layer with attention_window = r/2 on either side: output i depends on exactly the inputs
+    # restricted attention with neighbourhood r lets it see, and full attention's layer on all of them.
+    n, d = 13, 8
+    for r in (2, 4, 6):
+        i = torch.arange(n)
+        want = (i[:, None] - i[None, :]).abs() <= r // 2
+        assert torch.equal(_visible(sc.make_layer("window_model", d, r=r), n, d), want), r
+        assert torch.equal(_visible(sc.make_layer("restricted", d, r=r), n, d), want), r
+
+
+@pytest.mark.parametrize("kind", ["decode_full", "decode_window"])
+def test_model_decoding_step_attends_to_its_cache(kind):
+    # One cached step at position n: softmax(q K^T / sqrt(d)) V over the keys the cache holds after the step
+    # wrote its own (all n + 1 with the full cache; the ring's r + 1 with the window), through W^O.
+    d, r = 8, 4
+    layer = sc.make_layer(kind, d, r=r).double()
+    for n in (3, 9, 30):
+        x = torch.randn(2, n, d, dtype=torch.float64)
+        out = layer(x)
+        cache, attn = layer._cache[1], layer.attn
+        slots = (n + 1) if kind == "decode_full" else min(n + 1, r + 1)
+        assert cache.k.size(2) == slots
+        q = attn.qkv_proj(x[:, -1:])[..., :d].view(2, 1, 1, d)
+        k, v = cache.k[:, :, :slots], cache.v[:, :, :slots]
+        ref = ((q @ k.transpose(-1, -2)) / math.sqrt(d)).softmax(-1) @ v
+        torch.testing.assert_close(out, attn.out_proj(ref.reshape(2, 1, d)))
+        if kind == "decode_window" and n >= slots:     # the ring holds positions n - r .. n, each once
+            assert sorted(cache.positions.tolist()) == list(range(n - r, n + 1))
+        assert torch.equal(layer(x), out)             # a second call rewrites the same slot: the same step
+
+
+def test_model_kinds_through_the_study_driver():
+    # The trial's driver on the model's layers: a decoding step is timed forward only (no fwd + backward fit),
+    # its sequential ops are 1, and its path length is its stand-in's.
+    from harness.probes.scaling_spec import MODEL_KINDS, ScalingSpec
+    for kind in MODEL_KINDS:
+        spec = ScalingSpec(layer=kind, ns=(8, 16, 32), ds=(8, 16, 32), n_fixed=16, d_fixed=8, batch=1, repeats=1,
+                           warmup=0, passes=1, r=4, path_ns=(5, 6, 7))
+        res = sc.measure_layer(spec)
+        decode = kind in sc.DECODE_KINDS
+        assert set(res["fits"]) == ({"n_fwd", "d_fwd"} if decode else {"n_fwd", "n_fwd_bwd", "d_fwd", "d_fwd_bwd"})
+        assert all((r_["fwd_bwd_s"] is None) == decode and r_["fwd_s"] > 0 for r_ in res["rows"])
+        assert res["sequential_ops"]["measured"] == 1
+        assert all(p["measured"] == p["formula"] for p in res["path_lengths"]), kind
+        assert res["paper"]["exp_n"] == {"window_model": 1, "decode_full": 1, "decode_window": 0}[kind]

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.paper import table1_columns
 from harness.probes.scaling_spec import (
+    DECODE_KINDS,
     DEFAULTS,
     PATH_AS,
     PATH_KINDS,
@@ -96,6 +97,62 @@ class RestrictedAttention(nn.Module):
         return torch.einsum("bnw,bndw->bnd", s.softmax(-1), win)
 
 
+class ModelSelfAttention(nn.Module):
+    """The model's own self-attention layer (model/attention.py: projections, heads, the kernels a model on this
+    device chooses) with `attention_window` = `window` (keys within `window` positions on either side; 0: full), as
+    an encoder runs it: the window is a mask over the n x n scores (model/kernels.py window_mask)."""
+
+    def __init__(self, d: int, heads: int = 1, window: int = 0):
+        super().__init__()
+        from model.attention import MultiHeadAttention
+        from model.config import TransformerConfig
+        cfg = TransformerConfig(vocab_size=8, d_model=d, d_ff=d, n_heads=heads, p_drop=0.0, attention_window=window)
+        self.attn = MultiHeadAttention(cfg)
+        self._placed: torch.device | None = None
+
+    def _place(self, device: torch.device) -> None:
+        if device != self._placed:           # the kernels a model whose weights live on this device would use
+            self.attn.kernels.place(device)
+            self._placed = device
+
+    def forward(self, x):
+        self._place(x.device)
+        return self.attn(x)
+
+
+class ModelDecodeStep(ModelSelfAttention):
+    """One cached decoding step of the model's causal self-attention: the input's last position, at position n,
+    with the keys and values of positions 0 .. n - 1 already cached, as beam search runs it. window 0: the full
+    cache (n + 1 keys attended); window r: the sliding window's ring of r + 1 slots (model/attention.py
+    WindowKVCache), r + 1 keys however large n is. The cache is filled once per shape (random keys: the values do
+    not change the time) and every call rewrites the same slot, so that calls time the step alone."""
+
+    def __init__(self, d: int, heads: int = 1, window: int = 0):
+        super().__init__(d, heads, window)
+        self._cache: tuple[tuple, object] | None = None
+
+    def _filled(self, x: torch.Tensor):
+        b, n, _ = x.shape
+        key = (b, n, x.device, x.dtype)
+        if self._cache is None or self._cache[0] != key:
+            cache = self.attn.empty_cache(b, n + 1, x)
+            with torch.no_grad():
+                cache.k.normal_()
+                cache.v.normal_()
+            slots = cache.k.size(2)
+            if hasattr(cache, "key_positions"):           # the ring: position p sits at slot p mod slots
+                cache.positions = torch.full((slots,), -1, dtype=torch.long, device=x.device)
+                for p in range(max(0, n - slots + 1), n):
+                    cache.positions[p % slots] = p
+            cache.length = n
+            self._cache = (key, cache)
+        return self._cache[1]
+
+    def forward(self, x):
+        self._place(x.device)
+        return self.attn(x[:, -1:], cache=self._filled(x), offset=x.size(1), causal=True)
+
+
 class LoopRNN(nn.Module):
     def __init__(self, d: int):
         super().__init__()
@@ -155,6 +212,10 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16, heads: int = 1, in
         "conv": lambda: CausalConv(d, k),
         "conv_separable": lambda: CausalConv(d, k, separable=True),
         "conv_dilated": lambda: CausalConv(d, k, dilation=k ** index),
+        # the model's layers see as many keys as `restricted` does: r + 1 (r/2 on either side, or the r before)
+        "window_model": lambda: ModelSelfAttention(d, heads, window=max(1, r // 2)),
+        "decode_full": lambda: ModelDecodeStep(d, heads),
+        "decode_window": lambda: ModelDecodeStep(d, heads, window=r),
     }[kind]()
 
 
@@ -303,7 +364,7 @@ def measure(kind: str, n: int, d: int, *, batch: int, k: int, r: int, heads: int
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    t_fb = _best_time(fwd_bwd, repeats, warmup, cuda)
+    t_fb = None if kind in DECODE_KINDS else _best_time(fwd_bwd, repeats, warmup, cuda)
     row = {"layer": kind, "n": n, "d": d, "batch": batch, "fwd_s": t_fwd, "fwd_bwd_s": t_fb,
                "peak_mem_bytes": (torch.cuda.max_memory_allocated() - base) if cuda else None}
     if not cuda:
@@ -375,16 +436,18 @@ def _sweep(spec: ScalingSpec, device: str, on_point: Callable[[dict], None] | No
             row = dict(measure(timed, n, d, **common), sweep=sweep, layer=spec.layer)
             old = best.get((sweep, n, d))
             if old is not None:
-                row["fwd_s"] = min(old["fwd_s"], row["fwd_s"])
-                row["fwd_bwd_s"] = min(old["fwd_bwd_s"], row["fwd_bwd_s"])
+                for p in ("fwd_s", "fwd_bwd_s"):
+                    if row[p] is not None:
+                        row[p] = min(old[p], row[p])
             best[(sweep, n, d)] = row
     rows = [best[p] for p in points]
     for row in rows:
         if on_point:
             on_point(row)
+    timed_p = ("fwd",) if spec.layer in DECODE_KINDS else ("fwd", "fwd_bwd")
     fits = {f"{var}_{p}": fit_exponent([r_[var] for r_ in rows if r_["sweep"] == var],
                                        [r_[f"{p}_s"] for r_ in rows if r_["sweep"] == var], spec.fixed_mult)
-            for var in ("n", "d") for p in ("fwd", "fwd_bwd")}
+            for var in ("n", "d") for p in timed_p}
     return rows, fits, sequential_ops(timed, max(spec.ns))
 
 
@@ -415,7 +478,9 @@ def _notes(res: dict) -> list[str]:
     for kind, f in res["fits"].items():
         for var in ("n", "d"):
             for p, label in (("fwd", "forward"), ("fwd_bwd", "forward + backward")):
-                fit = f[f"{var}_{p}"]
+                fit = f.get(f"{var}_{p}")
+                if fit is None:          # a decoding step: forward only
+                    continue
                 note = exponent_note(kind, var, label, fit["slope"], PAPER[kind][f"exp_{var}"],
                                      (min(cfg[f"{var}s"]), max(cfg[f"{var}s"])), fit["time_ratio"], fit["dropped"],
                                      fit["fixed_cost_dominated"], cfg["fixed_mult"])
@@ -458,11 +523,11 @@ def table1_rows(result: dict) -> list[dict]:
         pl = paths.get(kind) or (paths.get("conv") if kind == "conv_separable" else
                                  paths.get("sdpa") if kind == "plain" else
                                  paths.get("rnn_loop") if kind == "rnn_torch" else None)
+        def slope(fit: str) -> float | None:
+            return round(f[fit]["slope"], 2) if fit in f else None     # a decoding step: forward only
         out.append({"layer": kind, "row": p["row"], "paper_complexity": p["complexity"],
-                        "paper_exp_n": p["exp_n"], "exp_n": round(f["n_fwd"]["slope"], 2),
-                        "exp_n_fwd_bwd": round(f["n_fwd_bwd"]["slope"], 2),
-                        "paper_exp_d": p["exp_d"], "exp_d": round(f["d_fwd"]["slope"], 2),
-                        "exp_d_fwd_bwd": round(f["d_fwd_bwd"]["slope"], 2),
+                        "paper_exp_n": p["exp_n"], "exp_n": slope("n_fwd"), "exp_n_fwd_bwd": slope("n_fwd_bwd"),
+                        "paper_exp_d": p["exp_d"], "exp_d": slope("d_fwd"), "exp_d_fwd_bwd": slope("d_fwd_bwd"),
                         "paper_seq_ops": p["seq"], "seq_ops_by_construction": s["by_construction"],
                         "seq_ops_measured": round(s["measured"], 2), "seq_n": s["n"],
                         "paper_path": p["path"], "path_formula": pl and pl["formula"],
@@ -486,7 +551,8 @@ def plot(result: dict, out_png) -> None:
                     key=lambda r_: r_["n"])
         line, = ax.loglog([r_["n"] for r_ in rs], [r_["fwd_s"] for r_ in rs], "o-",
                           label=f"{kind} (slope {result['fits'][kind]['n_fwd']['slope']:.2f})")
-        ax.loglog([r_["n"] for r_ in rs], [r_["fwd_bwd_s"] for r_ in rs], "--", color=line.get_color(), alpha=0.5)
+        if kind not in DECODE_KINDS:
+            ax.loglog([r_["n"] for r_ in rs], [r_["fwd_bwd_s"] for r_ in rs], "--", color=line.get_color(), alpha=0.5)
     cfg = result["config"]
     ax.set(xlabel="sequence length n", ylabel="seconds (solid fwd, dashed fwd+bwd)",
            title=f"Table 1 scaling, d={cfg['d_fixed']}, batch {cfg['batch']}, {cfg['device']}")

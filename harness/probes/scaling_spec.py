@@ -18,12 +18,17 @@ from harness.errors import suggest
 
 TIMED = ("sdpa", "plain", "restricted", "rnn_loop", "rnn_torch", "conv", "conv_separable")
 PATH_KINDS = ("sdpa", "rnn_loop", "conv", "conv_dilated", "restricted")
-LAYERS = (*TIMED, "conv_dilated")
+# The model's own self-attention (model/attention.py, projections included) beside the probe's layers: the sliding
+# window as the trained models run it (a mask over the n x n scores), and one cached decoding step at position n with
+# the full cache and with the window's ring of r + 1 keys. Their time is what a model with `attention_window` pays.
+MODEL_KINDS = ("window_model", "decode_full", "decode_window")
+DECODE_KINDS = ("decode_full", "decode_window")      # a decoding step has no backward pass worth timing
+LAYERS = (*TIMED, "conv_dilated", *MODEL_KINDS)
 # The layer whose measurement stands in for another's, each said once: a dilated convolution costs what the
 # contiguous one costs (the dilation changes no FLOP), and nn.RNN's path is the Python loop's (the same recurrence,
 # hidden in a kernel that the gradient check cannot see into).
 TIMED_AS = {"conv_dilated": "conv"}
-PATH_AS = {"rnn_torch": "rnn_loop"}
+PATH_AS = {"rnn_torch": "rnn_loop", "window_model": "restricted", "decode_window": "restricted", "decode_full": "sdpa"}
 # How far a fitted exponent may sit from the paper's before the probe's notes and Table 1's report say why.
 EXPONENT_TOLERANCE = 0.2
 

@@ -709,6 +709,13 @@ def plot_title(study: str, runs: pd.DataFrame) -> str:
 _STYLES, _MARKERS = ["-", "-.", ":", (0, (5, 1))], ["o", "s", "^", "D"]
 
 
+def series_style(i: int) -> dict:
+    """The colour, line style and marker of a plot's i-th series: ten colours, and past them a new line style and
+    marker for each block of ten, so that no two of up to forty series look alike."""
+    block = i // 10
+    return {"color": f"C{i % 10}", "ls": _STYLES[block % len(_STYLES)], "marker": _MARKERS[block % len(_MARKERS)]}
+
+
 def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
     """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row (and, past
     ten rows, a line style and marker per block of ten), one line per seed, the legend outside the panels:

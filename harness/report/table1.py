@@ -24,9 +24,11 @@ from harness.report.common import (
     no_data,
     num,
     param_of,
+    plot_title,
     row_groups,
     row_order,
     save_png,
+    series_style,
     tags_of,
     text_of,
     write_files,
@@ -76,6 +78,7 @@ def summarize_table1(runs: pd.DataFrame, declared: list[str], uri: str) -> tuple
         rec.update({"steepest_n_slope": slope, "steepest_n_from": n0, "steepest_n_to": n1, "steepest_n_ratio": ratio,
                     "steepest_mem_from": sizes.get(n0, NAN), "steepest_mem_to": sizes.get(n1, NAN),
                     "other_n_slopes": ", ".join(f"{s_:.2f}" for s_, *_ in steps if s_ != slope)})
+        rec["fwd_s_at_max_n"] = fwd[-1][1] if fwd else NAN
         rec["mem_exp_n"] = fit_exponent(*zip(*mem), fixed_mult=0)["slope"] if len(mem) > 1 else NAN
         rec["mem_bytes_at_max_n"] = mem[-1][1] if mem else NAN
         rec["device"] = tags_of(done, "device") or text_of(src, "params.probe.device")
@@ -149,6 +152,7 @@ def table1_notes(table: pd.DataFrame) -> list[str]:
                          f"k = {num(d['path_k'], '{:g}')}), contiguous `conv` through {c['path_measured_max_n']:g} "
                          f"at n = {c['path_max_n']:g} (ceil((n-1)/(k-1)) = {c['path_formula_max_n']:g}): the paper's "
                          f"{d['paper_path']} is the dilated stack's, {c['paper_path']} the contiguous one's.")
+    notes += _model_notes(ok)
     for r in ok.values():
         m, f = r["path_measured_max_n"], r["path_formula_max_n"]
         if pd.notna(m) and pd.notna(f) and m != f:
@@ -156,6 +160,38 @@ def table1_notes(table: pd.DataFrame) -> list[str]:
                          f"n = {r['path_max_n']:g}.")
     return notes or [f"Every fitted exponent is within {DEVIATION} of the paper's and every path length matches "
                      "its formula."]
+
+
+def _model_notes(ok: dict) -> list[str]:
+    """The model's own layers (harness/probes/scaling.py ModelSelfAttention, ModelDecodeStep) beside the probe's:
+    what a model with `attention_window` pays in training and in decoding."""
+    notes = []
+    if any(k in ok for k in ("window_model", "decode_full", "decode_window")):
+        notes.append("The model's layers (`window_model`, `decode_full`, `decode_window`) include the Q, K, V and "
+                     "output projections, 4 n d^2 multiply-adds that the paper's complexity column leaves out: their "
+                     "exponent in d lies between the attention's 1 and the projections' 2.")
+    if "window_model" in ok:
+        w, rr = ok["window_model"], ok.get("restricted")
+        text = (f"`{w['row']}`, the model's self-attention with `attention_window` = r/2 on either side (the "
+                f"{num(w['r'], '{:g}')} + 1 keys `restricted` sees): exponent in n {num(w['exp_n_fwd'])} forward and "
+                f"{num(w['exp_n_fwd_bwd'])} forward + backward")
+        if rr is not None:
+            text += f", against {num(rr['exp_n_fwd'])} for `restricted`'s unfolded window"
+            if pd.notna(w["fwd_s_at_max_n"]) and pd.notna(rr["fwd_s_at_max_n"]):
+                text += (f" ({w['fwd_s_at_max_n'] * 1e3:.2f} against {rr['fwd_s_at_max_n'] * 1e3:.2f} ms forward at "
+                         f"n = {w['n_max']:g})")
+        notes.append(text + ". The model applies its window as a mask over the n x n scores (model/kernels.py "
+                     "window_mask), so a model trained with a window pays full attention's O(n^2 d), not the "
+                     "paper's O(r n d); what the window saves it saves in decoding.")
+    if "decode_full" in ok and "decode_window" in ok:
+        f, w = ok["decode_full"], ok["decode_window"]
+        text = (f"One cached decoding step at position n: with the full cache (n + 1 keys) its time grows as "
+                f"n^{num(f['exp_n_fwd'])}, with the window's ring of r + 1 keys as n^{num(w['exp_n_fwd'])}")
+        if pd.notna(f["fwd_s_at_max_n"]) and pd.notna(w["fwd_s_at_max_n"]):
+            text += (f"; at n = {f['n_max']:g}, {f['fwd_s_at_max_n'] * 1e3:.3f} against "
+                     f"{w['fwd_s_at_max_n'] * 1e3:.3f} ms a step")
+        notes.append(text + ". The ring's cache also stays r + 1 keys a layer however long the output.")
+    return notes
 
 
 def _exp_cell(r: dict, fit: str) -> str:
@@ -202,35 +238,37 @@ def render_table1(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def plot_table1_time(study: str, table: pd.DataFrame, curves: dict, var: str, path: Path) -> Path:
-    """Log-log time against n (or d) per layer: solid forward, dashed forward + backward, slopes in the legend."""
-    fig = Figure(figsize=(8, 5.5))
+def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, path: Path) -> Path:
+    """Log-log time against n (or d) per layer: markers and the row's line style forward, dashed forward + backward
+    (none for a decoding step), slopes in the legend, which sits outside the axes."""
+    fig = Figure(figsize=(10.5, 5.5), layout="constrained")
     ax = fig.add_subplot()
     for i, r in enumerate(table.to_dict("records")):
-        c = curves.get(r["row"], {})
+        c, style = curves.get(r["row"], {}), series_style(i)
         fwd, both = c.get(f"fwd_s_vs_{var}", []), c.get(f"fwd_bwd_s_vs_{var}", [])
         label = (f"{r['row']} (slope {num(r[f'exp_{var}_fwd'])} / {num(r[f'exp_{var}_fwd_bwd'])}; "
                  f"paper {num(r[f'paper_exp_{var}'], '{:g}')})" + ("" if c.get("finished") else f" {r['status']}"))
-        color = f"C{i % 10}"
         if fwd:
-            ax.plot(*zip(*fwd), "o-", color=color, ms=3, lw=1.2, label=label)
+            ax.plot(*zip(*fwd), color=style["color"], ls=style["ls"], marker=style["marker"], ms=3, lw=1.2,
+                    label=label)
         if both:
-            ax.plot(*zip(*both), "--", color=color, lw=1, alpha=0.8, label=None if fwd else label)
+            ax.plot(*zip(*both), "--", color=style["color"], lw=1, alpha=0.8, label=None if fwd else label)
     if ax.get_legend_handles_labels()[0]:
-        ax.set_xscale("log")
+        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.legend(fontsize=7, title="slope fwd / fwd+bwd", title_fontsize=7)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7,
+                   title="slope fwd / fwd+bwd", title_fontsize=7)
     else:
         no_data(ax, "timings")
     fixed = "d" if var == "n" else "n"
     at = table[f"{fixed}_fixed"].dropna()
     ax.set(xlabel="sequence length n" if var == "n" else "width d",
-           ylabel="seconds per call (solid fwd, dashed fwd+bwd)",
-           title=f"{study}: time against {var}" + (f" at {fixed} = {at.iloc[0]:g}" if len(at) else ""))
+           ylabel="seconds per call (fwd; dashed fwd+bwd)",
+           title=f"{title}: time against {var}" + (f" at {fixed} = {at.iloc[0]:g}" if len(at) else ""))
     return save_png(fig, path)
 
 
-def plot_table1_paths(study: str, table: pd.DataFrame, curves: dict, path: Path) -> Path:
+def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path) -> Path:
     """Measured maximum path length (solid) against the formula (dashed) per layer, against n."""
     fig = Figure(figsize=(7, 5))
     ax = fig.add_subplot()
@@ -246,14 +284,15 @@ def plot_table1_paths(study: str, table: pd.DataFrame, curves: dict, path: Path)
     else:
         no_data(ax, "path lengths")
     ax.set(xlabel="sequence length n", ylabel="maximum path length (layers; RNN: steps)",
-           title=f"{study}: path from input 0 to output n-1, measured vs formula")
+           title=f"{title}: path from input 0 to output n-1, measured vs formula")
     return save_png(fig, path)
 
 
 def write_table1(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
     table, curves = summarize_table1(results["runs"], declared_rows(results["parent"]), uri)
-    plots = [plot_table1_time(study, table, curves, "n", out_dir / f"{study}_time_vs_n.png"),
-             plot_table1_time(study, table, curves, "d", out_dir / f"{study}_time_vs_d.png"),
-             plot_table1_paths(study, table, curves, out_dir / f"{study}_path_length.png")]
+    title = plot_title(study, results["runs"])
+    plots = [plot_table1_time(title, table, curves, "n", out_dir / f"{study}_time_vs_n.png"),
+             plot_table1_time(title, table, curves, "d", out_dir / f"{study}_time_vs_d.png"),
+             plot_table1_paths(title, table, curves, out_dir / f"{study}_path_length.png")]
     return write_files(study, out_dir, render_table1(study, results, table), table, plots,
                   claims_section(study, results["runs"], uri, results["parent"]))

@@ -71,8 +71,8 @@ def run(trial: Trial, out_dir: Path, run: TrialRun, ranks: Ranks = SINGLE) -> tu
         x = row[row["sweep"]]
         mem = row.get("peak_mem_bytes")
         mem = mem if mem is not None else row.get("largest_fwd_tensor_bytes")
-        run.log_step(x, {f"fwd_s_vs_{row['sweep']}": row["fwd_s"], f"fwd_bwd_s_vs_{row['sweep']}": row["fwd_bwd_s"],
-                         **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
+        times = {f"{p}_s_vs_{row['sweep']}": row[f"{p}_s"] for p in ("fwd", "fwd_bwd") if row[f"{p}_s"] is not None}
+        run.log_step(x, {**times, **({f"mem_bytes_vs_{row['sweep']}": mem} if mem is not None else {})})
 
     result = measure_layer(trial.probe, on_point)
     for p in result["path_lengths"]:
