@@ -93,12 +93,19 @@ def _visible(layer, n: int, d: int) -> torch.Tensor:
 def test_model_window_layer_sees_what_restricted_attention_sees():
     # The model's own layer with attention_window = r/2 on either side: output i depends on exactly the inputs
     # restricted attention with neighbourhood r lets it see, and full attention's layer on all of them.
-    n, d = 13, 8
-    for r in (2, 4, 6):
+    # n = 13 takes the CPU's explicit kernel, n past CPU_EXPLICIT_MAX_KEYS the masked SDPA path that is timed.
+    from model.kernels import CPU_EXPLICIT_MAX_KEYS
+    d = 8
+    for n, r in ((13, 2), (13, 4), (13, 6), (CPU_EXPLICIT_MAX_KEYS + 5, 6)):
         i = torch.arange(n)
         want = (i[:, None] - i[None, :]).abs() <= r // 2
-        assert torch.equal(_visible(sc.make_layer("window_model", d, r=r), n, d), want), r
-        assert torch.equal(_visible(sc.make_layer("restricted", d, r=r), n, d), want), r
+        assert torch.equal(_visible(sc.make_layer("window_model", d, r=r), n, d), want), (n, r)
+        assert torch.equal(_visible(sc.make_layer("restricted", d, r=r), n, d), want), (n, r)
+    # the causal window that decode_window's path stands on: r keys back and itself
+    n, r = 13, 4
+    i = torch.arange(n)
+    want = ((i[:, None] - i[None, :]) >= 0) & ((i[:, None] - i[None, :]) <= r)
+    assert torch.equal(_visible(sc.make_layer("window_causal", d, r=r), n, d), want)
 
 
 @pytest.mark.parametrize("kind", ["decode_full", "decode_window"])
@@ -117,6 +124,9 @@ def test_model_decoding_step_attends_to_its_cache(kind):
         k, v = cache.k[:, :, :slots], cache.v[:, :, :slots]
         ref = ((q @ k.transpose(-1, -2)) / math.sqrt(d)).softmax(-1) @ v
         torch.testing.assert_close(out, attn.out_proj(ref.reshape(2, 1, d)))
+        # the step's own key went to its slot: position n at slot n (full) or n mod (r + 1) (the ring)
+        k_new = attn.qkv_proj(x[:, -1:])[..., d:2 * d].view(2, 1, 1, d)
+        torch.testing.assert_close(cache.k[:, :, n % slots:n % slots + 1], k_new)
         if kind == "decode_window" and n >= slots:     # the ring holds positions n - r .. n, each once
             assert sorted(cache.positions.tolist()) == list(range(n - r, n + 1))
         assert torch.equal(layer(x), out)             # a second call rewrites the same slot: the same step

@@ -1,6 +1,6 @@
 """Table 1 measured: per-layer time scaling, sequential operations and maximum path length.
 
-Layers (all map x: (B, n, d) -> (B, n, d)):
+Layers (all map x: (B, n, d) -> (B, n, d), but the decoding steps, which map it to (B, 1, d)):
   sdpa        self-attention through F.scaled_dot_product_attention, q = k = v = x, h heads of d/h,
               no projections: the paper's O(n^2 d) counts the attention itself (projections add n d^2).
   plain       the same attention written as matmul -> softmax -> matmul, building the n x n matrix.
@@ -11,6 +11,11 @@ Layers (all map x: (B, n, d) -> (B, n, d)):
   rnn_torch   nn.RNN(tanh), timed for comparison (its loop runs inside the library).
   conv        causal Conv1d d -> d, kernel k; conv_separable: depthwise kernel k + pointwise 1x1.
   (conv_dilated, causal with dilation k^i in layer i, is used only for path lengths: same cost as conv.)
+  window_model   the model's own self-attention (model/attention.py, projections included) with
+              attention_window = r/2 on either side: the keys `restricted` sees, as a mask over the n x n scores.
+  decode_full, decode_window   one cached decoding step of the model's causal self-attention at position n:
+              the full cache (n + 1 keys), or the window's ring of r + 1 (the r before and itself).
+  (window_causal, the model's causal window of r keys back, is used only for decode_window's path length.)
 
 Fixed-cost rule for the exponent fits: within one sweep keep the points whose time is at least
 `fixed_mult` (default 3) times the sweep's smallest time; below that the per-call overhead (Python,
@@ -102,11 +107,13 @@ class ModelSelfAttention(nn.Module):
     device chooses) with `attention_window` = `window` (keys within `window` positions on either side; 0: full), as
     an encoder runs it: the window is a mask over the n x n scores (model/kernels.py window_mask)."""
 
-    def __init__(self, d: int, heads: int = 1, window: int = 0):
+    def __init__(self, d: int, heads: int = 1, window: int = 0, causal: bool = False):
         super().__init__()
+        self.causal = causal
         from model.attention import MultiHeadAttention
         from model.config import TransformerConfig
-        cfg = TransformerConfig(vocab_size=8, d_model=d, d_ff=d, n_heads=heads, p_drop=0.0, attention_window=window)
+        cfg = TransformerConfig(vocab_size=8, d_model=d, d_ff=d, n_heads=heads, p_drop=0.0, attention_window=window,
+                                positional="none")      # positions are added to embeddings, not here
         self.attn = MultiHeadAttention(cfg)
         self._placed: torch.device | None = None
 
@@ -117,7 +124,7 @@ class ModelSelfAttention(nn.Module):
 
     def forward(self, x):
         self._place(x.device)
-        return self.attn(x)
+        return self.attn(x, causal=self.causal)
 
 
 class ModelDecodeStep(ModelSelfAttention):
@@ -216,6 +223,7 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16, heads: int = 1, in
         "window_model": lambda: ModelSelfAttention(d, heads, window=max(1, r // 2)),
         "decode_full": lambda: ModelDecodeStep(d, heads),
         "decode_window": lambda: ModelDecodeStep(d, heads, window=r),
+        "window_causal": lambda: ModelSelfAttention(d, heads, window=r, causal=True),
     }[kind]()
 
 
@@ -289,6 +297,8 @@ def path_formula(kind: str, n: int, k: int = 3, r: int = 4) -> int:
         return next(L for L in range(1, n + 1) if k ** L >= n)   # ceil(log_k n), in integers
     if kind == "restricted":
         return math.ceil((n - 1) / max(1, r // 2))
+    if kind == "window_causal":                          # r keys back a layer
+        return math.ceil((n - 1) / r)
     raise KeyError(kind)
 
 
@@ -364,7 +374,11 @@ def measure(kind: str, n: int, d: int, *, batch: int, k: int, r: int, heads: int
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    t_fb = None if kind in DECODE_KINDS else _best_time(fwd_bwd, repeats, warmup, cuda)
+    if kind in DECODE_KINDS:     # forward only: its peak is one more forward's (measured after the reset above)
+        t_fb = None
+        fwd()
+    else:
+        t_fb = _best_time(fwd_bwd, repeats, warmup, cuda)
     row = {"layer": kind, "n": n, "d": d, "batch": batch, "fwd_s": t_fwd, "fwd_bwd_s": t_fb,
                "peak_mem_bytes": (torch.cuda.max_memory_allocated() - base) if cuda else None}
     if not cuda:

@@ -28,7 +28,8 @@ LAYERS = (*TIMED, "conv_dilated", *MODEL_KINDS)
 # contiguous one costs (the dilation changes no FLOP), and nn.RNN's path is the Python loop's (the same recurrence,
 # hidden in a kernel that the gradient check cannot see into).
 TIMED_AS = {"conv_dilated": "conv"}
-PATH_AS = {"rnn_torch": "rnn_loop", "window_model": "restricted", "decode_window": "restricted", "decode_full": "sdpa"}
+PATH_AS = {"rnn_torch": "rnn_loop", "window_model": "restricted", "decode_window": "window_causal",
+           "decode_full": "sdpa"}
 # How far a fitted exponent may sit from the paper's before the probe's notes and Table 1's report say why.
 EXPONENT_TOLERANCE = 0.2
 
