@@ -125,15 +125,17 @@ def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str 
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
     ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
-    # Rows of one size share an x: their labels go beside the points in a column, top to bottom, at least
-    # `gap` apart, each joined to its point by a thin line.
+    # Rows of one size, or of sizes closer than a label's width on the axis, form a cluster: its labels go in one
+    # column right of its rightmost point, top to bottom, at least `gap` apart, each joined to its point by a line.
     lo, hi = ok["bleu_mean"].min(), ok["bleu_mean"].max()
     gap, dx = max(hi - lo, 1e-9) / 18, (ok["params_M"].max() - ok["params_M"].min()) / 40
-    for _, group in ok.groupby(ok["params_M"].round(3)):
-        y_label = float("inf")
+    ordered = ok.sort_values("params_M")
+    cluster = (ordered["params_M"].diff().fillna(0) > 4 * dx).cumsum()
+    for _, group in ordered.groupby(cluster):
+        y_label, x_label = float("inf"), group["params_M"].max() + dx
         for r in group.sort_values("bleu_mean", ascending=False).itertuples(index=False):
             y_label = min(r.bleu_mean, y_label - gap)
-            ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(r.params_M + dx, y_label), fontsize=8,
+            ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(x_label, y_label), fontsize=8,
                         va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"} if len(group) > 1
                         else None)
     ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)",
