@@ -141,3 +141,32 @@ def test_the_rule_is_refused_without_evaluations_or_with_an_unknown_window():
         TrainConfig(eval_every=5, patience=3, average_last=5, checkpoint_minutes=10).validate()
     with pytest.raises(UserError, match="train.average_at 'first' is not known; use one of best, last"):
         TrainConfig(eval_every=5, patience=3, average_at="first").validate()
+
+
+def test_a_run_cut_while_finishing_keeps_the_splits_it_scored(tmp_path, data_cfg, dataset, scripted_dev, monkeypatch):
+    # The finish's beam searches are kept in the run directory with a digest of the weights, the split and the
+    # settings: run again after a cut, the finish scores nothing it had scored, and the figures are the same; a
+    # kept result whose digest is not this finish's (other weights, text or settings), or one cut mid-write, is
+    # decoded again.
+    import sys
+    finish = sys.modules["harness.train.finish"]      # the module (harness.train exports its function `finish`)
+    curve, _ = scripted_dev
+    curve.extend([9.0, 7.0, 6.0, 6.2, 6.1])
+    cfg = dataclasses.replace(RULE, eval_test=True)
+    run = tmp_path / "run"
+    first = train(MODEL, cfg, data_cfg, run, quiet=True, dataset=dataset)
+    assert sorted(p.name for p in (run / "final_eval").iterdir()) == ["dev.json", "test.json", "test_last.json"]
+    calls = []
+    real = finish.evaluate
+    monkeypatch.setattr(finish, "evaluate", lambda *a, **k: calls.append(k["prefix"]) or real(*a, **k))
+    (run / "metrics.json").unlink()
+    again = train(MODEL, cfg, data_cfg, run, quiet=True, dataset=dataset)
+    assert calls == []
+    for key in ("dev_ppl", "dev_bleu", "test_bleu", "test_bleu_last", "scored_checkpoints"):
+        assert again[key] == first[key], key
+    (run / "metrics.json").unlink()
+    kept = json.loads((run / "final_eval" / "dev.json").read_text())
+    (run / "final_eval" / "dev.json").write_text(json.dumps(dict(kept, key="other weights")))
+    (run / "final_eval" / "test.json").write_text("{cut mid-write")
+    third = train(MODEL, cfg, data_cfg, run, quiet=True, dataset=dataset)
+    assert calls == ["dev", "test"] and third["dev_bleu"] == first["dev_bleu"]

@@ -3,6 +3,7 @@ metrics.json and dev_translations.txt in the run directory."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -30,6 +31,38 @@ def scored_steps(cfg: TrainConfig, ckpt: Checkpointer, rule: Patience | None) ->
     return taken[-cfg.average_last:] if cfg.average_last > 1 else []
 
 
+def _digest(model, split, settings: dict) -> str:
+    """What identifies one evaluation: the weights (every tensor's bytes), the split's text and the settings."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    for line in (*split.src_text, *split.tgt_text):
+        h.update(line.encode())
+    h.update(json.dumps({k: v for k, v in settings.items() if k != "autocast"}, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _evaluated(out: Path | None, name: str, model, data, split, device, **settings) -> tuple[dict, list]:
+    """`evaluate` of one split, kept in the run directory (final_eval/NAME.json) beside a digest of the weights, the
+    split and the settings: a run cut while finishing (beam search over every dev and test sentence, the longest part
+    of a finish on a CPU) resumes with the splits it had scored, and a kept result is used only for the same weights,
+    text and settings. out None (a rank that writes nothing): evaluated, not kept."""
+    if out is None:
+        return evaluate(model, data.tokenizer, split, device, **settings)
+    path, key = out / "final_eval" / f"{name}.json", _digest(model, split, settings)
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if kept.get("key") == key:
+            return kept["metrics"], kept["hyps"]
+    except (OSError, ValueError, AttributeError):
+        pass                                     # none kept, or unreadable: evaluate again
+    metrics, hyps = evaluate(model, data.tokenizer, split, device, **settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"key": key, "metrics": metrics, "hyps": hyps}) + "\n")
+    return metrics, hyps
+
+
 def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpointer,
                   data_cfg: DataConfig | None = None, rule: Patience | None = None,
                   out: Path | None = None) -> tuple[dict, list]:
@@ -49,7 +82,7 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         # about them, not about their average); what averaging buys is the difference from dev_ppl.
         last_metrics["dev_ppl_last"] = perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)
         if cfg.eval_test:   # and on the test set, the last checkpoint alone scored in full first
-            scored, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+            scored, _ = _evaluated(out, "test_last", model, data, data.test, device, prefix="test", **eval_kwargs)
             last_metrics.update({f"{k}_last": v for k, v in scored.items() if isinstance(v, (int, float))})
         model.load_state_dict(ckpt.average_steps(chosen))
         averaged = len(chosen)
@@ -57,9 +90,9 @@ def final_metrics(model, data, cfg: TrainConfig, device, autocast, ckpt: Checkpo
         last_metrics.update({"scored_from_step": chosen[0], "scored_to_step": chosen[-1]})
     # Which weights were scored, for `evaluate` to score the same ones later (a string: an MLflow tag)
     last_metrics["scored_checkpoints"] = ",".join(map(str, chosen))
-    metrics, hyps = evaluate(model, data.tokenizer, data.dev, device, prefix="dev", **eval_kwargs)
+    metrics, hyps = _evaluated(out, "dev", model, data, data.dev, device, prefix="dev", **eval_kwargs)
     if cfg.eval_test:
-        test_metrics, _ = evaluate(model, data.tokenizer, data.test, device, prefix="test", **eval_kwargs)
+        test_metrics, _ = _evaluated(out, "test", model, data, data.test, device, prefix="test", **eval_kwargs)
         metrics.update(test_metrics)
     # The measurements taken on the final weights (harness/measure), in the registry's order
     rate = lambda s: rate_at(s, cfg, model.cfg.d_model)        # noqa: E731   the schedule (plateau: unshrunk)
