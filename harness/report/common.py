@@ -149,7 +149,8 @@ def interval_cell(values, fmt: str = "{:.2f}") -> str:
     mean, low, high, n = claims.interval(values)
     if not n:
         return "–"
-    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.format((high - low) / 2)}"
+    # the half-width in the same digits, never signed ("+0.158 ± 0.258", not "± +0.258")
+    return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.replace('+', '').format((high - low) / 2)}"
 
 
 def pm(mean, spread) -> str:
