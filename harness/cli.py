@@ -300,7 +300,7 @@ def _cmd_probe_heads(args) -> int:
     metrics, averaged = measure_run(args.run_dir, "heads", {"sentences": args.sentences, "contrasts": args.contrasts,
                                                             "beam": args.beam}, args.device, out)
     payload = json.loads((out / "heads.json").read_text(encoding="utf-8"))
-    files = [out / "heads.json", *draw_figures(payload["figures"], out)]
+    files = [out / "heads.json", *draw_figures(payload["figures"], out, title=f"the heads of {args.run_dir.name}")]
     if args.json:
         print(json.dumps(metrics))
         return 0

@@ -34,7 +34,6 @@ STALE = {
     "reports/table1.md": {"rows", "registration column"},
     "reports/table4.md": {"registration column"},
     "reports/decoder_only.md": {"departures", "registration column"},
-    "reports/heads.md": {"registration column"},
     "reports/scaling_dk.md": {"registration column"},
     "reports/corpus2/table3.md": {"rows", "departures", "claim ids", "registration column"},
     "reports/multi30k/table2.md": {"rows", "departures", "claim ids", "registration column"},

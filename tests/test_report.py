@@ -372,3 +372,21 @@ def test_a_one_seed_report_says_which_claims_point_the_papers_way_and_how_to_get
     assert "2 claims rest on one seed, which gives no interval: 2 of 2 point the paper's way" in head
     assert "`python -m harness run studies/modern.yaml --profile tiny --seeds 0,1,2`" in head
     assert "about three times this invocation's 5 minutes" in head
+
+
+def test_a_plot_the_new_report_does_not_draw_is_removed_with_it(tmp_path):
+    # The report it replaces showed s_knobs.png; this one draws no such plot (it would carry no information), so
+    # the file goes; a PNG no report of this study showed is not touched.
+    import pandas as pd
+
+    from harness.report.common import write_files
+    for name in ("s_knobs.png", "s_curves.png", "other.png"):
+        (tmp_path / name).write_bytes(b"png")
+    table = pd.DataFrame({"row": ["base"]})
+    write_files("s", tmp_path, ["# s"], table, [tmp_path / "s_knobs.png", tmp_path / "s_curves.png"])
+    assert {p.name for p in tmp_path.glob("*.png")} == {"s_knobs.png", "s_curves.png", "other.png"}
+    (tmp_path / "s_figure.png").write_bytes(b"png")
+    # a section's own image (shown in its lines, not in the plots list) stays: it is shown
+    write_files("s", tmp_path, ["# s", "![s_figure](s_figure.png)"], table, [tmp_path / "s_curves.png"])
+    assert {p.name for p in tmp_path.glob("*.png")} == {"s_curves.png", "s_figure.png", "other.png"}
+    assert "![s_curves](s_curves.png)" in (tmp_path / "s.md").read_text()

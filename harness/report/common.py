@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -802,9 +803,23 @@ def no_data(ax, what: str) -> None:
 def write_files(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path],
            claims: list[str] = ()) -> list[Path]:
     lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), "", *claims]
+    try:
+        before = _plots_in((out_dir / f"{study}.md").read_text(encoding="utf-8"))
+    except OSError:
+        before = set()
+    text = "\n".join(lines)
     csv = atomic_write(out_dir / f"{study}.csv", table.to_csv(index=False, float_format="%.6g"))
-    md = atomic_write(out_dir / f"{study}.md", "\n".join(lines))
+    md = atomic_write(out_dir / f"{study}.md", text)
+    # A plot the report it replaces showed and this one does not (it would carry no information now) goes too: a
+    # folder of reports holds no picture that no report shows.
+    for name in before - _plots_in(text):
+        (out_dir / name).unlink(missing_ok=True)
     return [md, csv, *plots]
+
+
+def _plots_in(text: str) -> set[str]:
+    """The PNGs beside it that a report's text shows (its `![stem](name.png)` lines, in any section)."""
+    return set(re.findall(r"^!\[[^\]]*\]\(([^)/]+\.png)\)$", text, flags=re.M))
 
 
 def architecture_section(runs: pd.DataFrame, order: list[str]) -> list[str]:

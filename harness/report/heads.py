@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import interval_cell, md_table, save_png
+from harness.report.common import interval_cell, md_table, plot_title, save_png
 
 RELATION_NAMES = {"subject": "verb → its subject", "subject_long": "verb → its subject, ≥ 4 words apart",
                   "antecedent": "relative pronoun → its antecedent", "head": "word → its syntactic head"}
@@ -47,9 +47,15 @@ def draw_lines(ax, words: list[str], maps: list, heads: list[int], word: int | N
         ax.legend(loc="upper right", fontsize=7, ncol=min(len(heads), 8), frameon=False, bbox_to_anchor=(1.0, 1.0))
 
 
-def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path]:
-    """Figures 3, 4 and 5 as the paper draws them, and the same heads' attention as heatmaps: PNGs in out_dir."""
+def draw_figures(figures: dict, out_dir: Path, stem: str = "heads", title: str | None = None) -> list[Path]:
+    """Figures 3, 4 and 5 as the paper draws them, and the same heads' attention as heatmaps: PNGs in out_dir, each
+    under `title` (the study, profile and seed) where one is given."""
     paths = []
+
+    def save(fig: Figure, name: str) -> None:
+        if title:
+            fig.suptitle(title, fontsize=10)
+        paths.append(save_png(fig, out_dir / f"{stem}_{name}.png"))
     f3, f4, f5 = (figures.get(k) for k in ("fig3", "fig4", "fig5"))
     if f3:
         fig = Figure(figsize=(max(6, 0.55 * len(f3["words"])), 4.2), layout="constrained")
@@ -57,7 +63,7 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
         draw_lines(ax, f3["words"], f3["maps"], f3["heads"], f3["word"])
         ax.set_title(f"Figure 3: encoder self-attention in layer {f3['layer'] + 1}, every head, from "
                      f"\"{f3['words'][f3['word']]}\" only", fontsize=9)
-        paths.append(save_png(fig, out_dir / f"{stem}_figure3.png"))
+        save(fig, "figure3")
     if f4:
         fig = Figure(figsize=(max(6, 0.55 * len(f4["words"])) * 2, 4.2), layout="constrained")
         top, bottom = fig.subplots(1, 2)
@@ -67,14 +73,14 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
         draw_lines(bottom, f4["words"], f4["maps"], f4["heads"], f4["word"])
         bottom.set_title(f"(right): heads {' and '.join(str(h + 1) for h in f4['heads'])}, from "
                          f"\"{f4['words'][f4['word']]}\" only (relative pronoun → antecedent)", fontsize=9)
-        paths.append(save_png(fig, out_dir / f"{stem}_figure4.png"))
+        save(fig, "figure4")
     if f5:
         fig = Figure(figsize=(max(6, 0.55 * len(f5["words"])) * len(f5["heads"]), 4.2), layout="constrained")
         axes = fig.subplots(1, len(f5["heads"]), squeeze=False)[0]
         for ax, h, m in zip(axes, f5["heads"], f5["maps"]):
             draw_lines(ax, f5["words"], [m], [h])
             ax.set_title(f"Figure 5: layer {f5['layer'] + 1}, head {h + 1} (best on word → syntactic head)", fontsize=9)
-        paths.append(save_png(fig, out_dir / f"{stem}_figure5.png"))
+        save(fig, "figure5")
     panels = [(f"Fig. {k[-1]}, L{f['layer'] + 1} H{h + 1}", f["words"], m)
               for k, f in (("fig3", f3), ("fig4", f4), ("fig5", f5)) if f
               for h, m in list(zip(f["heads"], f["maps"]))[:2 if k == "fig3" else None]]
@@ -87,7 +93,7 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads") -> list[Path
             ax.set_xticks(range(len(words)), words, rotation=90, fontsize=6)
             ax.set_yticks(range(len(words)), words, fontsize=6)
             ax.set_title(title, fontsize=8)
-        paths.append(save_png(fig, out_dir / f"{stem}_heatmaps.png"))
+        save(fig, "heatmaps")
     return paths
 
 
@@ -162,7 +168,7 @@ def _kinds_table(payloads: list[tuple[int, dict]]) -> list[str]:
     return md_table(["heads", "a seed", "mean Δ ln PPL", "largest Δ ln PPL", "mean Δ BLEU", "largest BLEU loss"], body)
 
 
-def _plot(payloads: list[tuple[int, dict]], path: Path) -> Path:
+def _plot(payloads: list[tuple[int, dict]], path: Path, title: str) -> Path:
     """Left: BLEU against heads kept, masking least important first (Voita et al.'s curve), the encoder's heads
     and all heads, one line per seed. Right: each encoder head's relation gain against its masking's Δ ln PPL."""
     fig = Figure(figsize=(12, 4.2), layout="constrained")
@@ -186,6 +192,7 @@ def _plot(payloads: list[tuple[int, dict]], path: Path) -> Path:
     right.set_ylabel("Δ dev ln PPL, head masked")
     right.set_title("attention against causality (encoder heads)", fontsize=9)
     right.legend(fontsize=7)
+    fig.suptitle(f"{title}: the heads masked, every seed", fontsize=10)
     return save_png(fig, path)
 
 
@@ -196,8 +203,9 @@ def heads_section(runs: pd.DataFrame, uri: str, out_dir: Path, stem: str, settin
     if not payloads:
         return [], []
     first_seed, first = payloads[0]
-    figures = draw_figures(first["figures"], out_dir, stem)
-    plot = _plot(payloads, out_dir / f"{stem}_ablation.png")
+    title = plot_title(stem, runs)
+    figures = draw_figures(first["figures"], out_dir, stem, f"{title}, seed {first_seed}")
+    plot = _plot(payloads, out_dir / f"{stem}_ablation.png", title)
     n, rank = first["sentences"], first["rank_sentences"]
     lines = ["## Attention heads (the paper's Figures 3-5, measured)", "",
              f"After training, each trial probed its heads on the first {n} dev sentences and their gold trees "
