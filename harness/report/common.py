@@ -21,6 +21,7 @@ import pandas as pd
 # The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
 # Figure renders with the Agg canvas.
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from harness import tracking
 from harness.errors import UserError
@@ -711,6 +712,13 @@ def plot_title(study: str, runs: pd.DataFrame) -> str:
 _STYLES, _MARKERS = ["-", "-.", ":", (0, (5, 1))], ["o", "s", "^", "D"]
 
 
+def plain_log_labels(axis) -> None:
+    """A log axis labelled in plain numbers (1.2, 1.4, 2, 3, 10, 60), its minor ticks too where the range is short
+    (under about two decades): not 1.4 x 10^0, and not a single labelled tick over a narrow range."""
+    axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def series_style(i: int) -> dict:
     """The colour, line style and marker of a plot's i-th series: ten colours, and past them a new line style and
     marker for each block of ten, so that no two of up to forty series look alike."""
@@ -743,6 +751,7 @@ def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: 
     axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{title}: training loss")
     axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
                 title=f"{title}: dev perplexity during training")
+    plain_log_labels(axes[1].yaxis)
     handles, labels = axes[1].get_legend_handles_labels()
     if handles:      # one legend for both panels, outside them
         fig.legend(handles, labels, loc="outside right upper", fontsize=7, ncol=1 + len(labels) // 24)
