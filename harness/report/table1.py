@@ -270,18 +270,20 @@ def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, pa
 
 
 def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path) -> Path:
-    """Measured maximum path length (solid) against the formula (dashed) per layer, against n."""
-    fig = Figure(figsize=(7, 5))
+    """Measured maximum path length (solid, the row's marker) against the formula (dashed, x) per layer, against n;
+    a colour and marker a row past ten rows, the legend outside the axes."""
+    fig = Figure(figsize=(10, 5), layout="constrained")
     ax = fig.add_subplot()
     for i, r in enumerate(table.to_dict("records")):
-        c, color = curves.get(r["row"], {}), f"C{i % 10}"
+        c, style = curves.get(r["row"], {}), series_style(i)
         if c.get("path_measured"):
-            ax.plot(*zip(*c["path_measured"]), "o-", color=color, lw=1.2, label=f"{r['row']} measured")
+            ax.plot(*zip(*c["path_measured"]), color=style["color"], ls=style["ls"], marker=style["marker"], lw=1.2,
+                    label=f"{r['row']} measured")
         if c.get("path_formula"):
-            ax.plot(*zip(*c["path_formula"]), "x--", color=color, lw=1, alpha=0.7,
+            ax.plot(*zip(*c["path_formula"]), "x--", color=style["color"], lw=1, alpha=0.7,
                     label=f"{r['row']} formula ({r['paper_path'] or '?'})")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     else:
         no_data(ax, "path lengths")
     ax.set(xlabel="sequence length n", ylabel="maximum path length (layers; RNN: steps)",
