@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.report.claims import interval
-from harness.report.common import bracket_cell, finished, md_table, save_png
+from harness.report.common import bracket_cell, finished, md_table, plot_title, save_png
 from harness.report.shares import EARLY, LATE, fade_per_run, positions
 
 _LAYER_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_L(\d+)_p(\d+)$")
@@ -128,6 +128,7 @@ def _by_layer(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[st
         ax.set(xlabel="target position", ylabel="%" if i == 0 else None, ylim=(0, 100),
                title=f"{row}: {'mass' if kind == 'mass' else 'contribution'}")
         ax.legend(fontsize=6)
+    fig.suptitle(f"{_title(runs, path)}: the source's share by layer, means over seeds")
     plot = save_png(fig, path)
     return lines + [f"![{plot.stem}]({plot.name})", ""], plot
 
@@ -147,9 +148,16 @@ def plot_source_attention(runs: pd.DataFrame, order: list[str], kinds: list[str]
             means = [100 * s[0] for s in stats]
             lows = [100 * s[1] if not math.isnan(s[1]) else 100 * s[0] for s in stats]
             highs = [100 * s[2] if not math.isnan(s[2]) else 100 * s[0] for s in stats]
-            ax.plot(xs, means, marker="o", ms=3, label=row)
-            ax.fill_between(xs, lows, highs, alpha=0.15)
+            color = f"C{order.index(row) % 10}"          # a row's colour is the same in both panels
+            ax.plot(xs, means, marker="o", ms=3, label=row, color=color)
+            ax.fill_between(xs, lows, highs, alpha=0.15, color=color)
         ax.set(xlabel="target position", ylabel="%", title="attention mass on the source" if kind == "mass"
                else "source share of the attention's contribution")
         ax.legend(fontsize=8)
+    fig.suptitle(f"{_title(runs, path)}: the source's share by target position, means over seeds (95 % bands)")
     return save_png(fig, path)
+
+
+def _title(runs: pd.DataFrame, path: Path) -> str:
+    """The study and profile a plot of this section belongs to (its file is STUDY_source_attention*.png)."""
+    return plot_title(path.stem.split("_source_attention")[0], runs)
