@@ -132,7 +132,8 @@ class ModelDecodeStep(ModelSelfAttention):
     with the keys and values of positions 0 .. n - 1 already cached, as beam search runs it. window 0: the full
     cache (n + 1 keys attended); window r: the sliding window's ring of r + 1 slots (model/attention.py
     WindowKVCache), r + 1 keys however large n is. The cache is filled once per shape (random keys: the values do
-    not change the time) and every call rewrites the same slot, so that calls time the step alone."""
+    not change the time) through the cache's own `write`, and every call rewrites the same slot, so that calls time
+    the step alone."""
 
     def __init__(self, d: int, heads: int = 1, window: int = 0):
         super().__init__(d, heads, window)
@@ -142,16 +143,14 @@ class ModelDecodeStep(ModelSelfAttention):
         b, n, _ = x.shape
         key = (b, n, x.device, x.dtype)
         if self._cache is None or self._cache[0] != key:
+            from model.attention import WindowKVCache
             cache = self.attn.empty_cache(b, n + 1, x)
-            with torch.no_grad():
-                cache.k.normal_()
-                cache.v.normal_()
-            slots = cache.k.size(2)
-            if hasattr(cache, "key_positions"):           # the ring: position p sits at slot p mod slots
-                cache.positions = torch.full((slots,), -1, dtype=torch.long, device=x.device)
-                for p in range(max(0, n - slots + 1), n):
-                    cache.positions[p % slots] = p
-            cache.length = n
+            k, v = (torch.randn(*t.shape[:2], n, t.size(3), dtype=t.dtype, device=t.device) for t in (cache.k, cache.v))
+            if isinstance(cache, WindowKVCache):     # a ring takes one position a write: the last slots - 1 it keeps
+                for p in range(max(0, n - cache.k.size(2) + 1), n):
+                    cache.write(k[:, :, p:p + 1], v[:, :, p:p + 1], p, None)
+            else:
+                cache.write(k, v, 0, None)
             self._cache = (key, cache)
         return self._cache[1]
 

@@ -732,19 +732,18 @@ def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: 
     whether each row converged is read off the right panel."""
     fig = Figure(figsize=(12.5, 4.8), layout="constrained")
     axes = fig.subplots(1, 2)
-    colors = {row: f"C{i % 10}" for i, row in enumerate(order)}
     for j, row in enumerate(order):
         seeds = runs[runs["tags.row"].astype(str) == row]
         seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
-        block = j // 10
+        style = series_style(j)
         for i, run in enumerate(seeds.itertuples(index=False)):
             ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
             for ax, key in zip(axes, ("train_loss", "dev_ppl")):
                 hist = tracking.metric_history(uri, run.run_id, key)
                 if hist:
                     steps, values = zip(*sorted(hist))
-                    marker = _MARKERS[block % len(_MARKERS)] if len(order) > 10 or key == "dev_ppl" else None
-                    ax.plot(steps, values, color=colors[row], ls=_STYLES[block % len(_STYLES)] if ok else "--",
+                    marker = style["marker"] if len(order) > 10 or key == "dev_ppl" else None
+                    ax.plot(steps, values, color=style["color"], ls=style["ls"] if ok else "--",
                             lw=1, marker=marker, markevery=max(1, len(steps) // 8), ms=3,
                             label=row if i == 0 and key == "dev_ppl" else None)
     title = plot_title(study, runs)
