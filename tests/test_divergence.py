@@ -53,6 +53,10 @@ def test_the_rows_report_tables_which_seeds_diverged_and_where():
     assert "| **post24** | 1 of 2 | seed 0: step 37 | 995.0 | 5e+04 |" in lines
     assert "| **pre24** | 0 of 2 | – | 995.0 | – |" in lines
     assert divergence_section(runs.drop(columns=["metrics.diverged"]), ["post24"]) == []
+    # no run diverged: MLflow then has neither diverged_step nor dev_ppl_measured as a column
+    calm = runs.assign(**{"metrics.diverged": 0.0}).drop(columns=["metrics.diverged_step", "metrics.dev_ppl_measured"])
+    lines = divergence_section(calm, ["post24", "pre24"])
+    assert "| **post24** | 0 of 2 | – | 995.0 | – |" in lines and "| **pre24** | 0 of 2 | – | 995.0 | – |" in lines
 
 
 def test_a_resumed_run_keeps_the_start_it_measures_divergence_from(tmp_path, capsys):
@@ -70,3 +74,20 @@ def test_a_resumed_run_keeps_the_start_it_measures_divergence_from(tmp_path, cap
     state = load_checkpoint(ckpts[-1])
     assert set(state["divergence"]) == {"dev_ppl_start"} and DIVERGENCE_KEYS[0] == "dev_ppl_start"
     assert state["divergence"]["dev_ppl_start"] == first["dev_ppl"]
+
+
+def test_the_rows_plot_reads_diverged_rows_beside_trained_ones():
+    """A diverged row is scored as its start (dev PPL near the vocabulary's size) beside rows near 1.3: the PPL
+    panel goes to a log scale, and the depth study's long row names are slanted rather than run together."""
+    import pandas as pd
+
+    from harness.report.rows import rows_figure
+    table = pd.DataFrame({"row": ["post24", "post24_nowarmup", "pre24", "pre24_nowarmup"],
+                          "ppl_mean": [1.3, 1000.0, 1.25, 1.28], "ppl_std": [0.01, 0.0, 0.01, 0.02],
+                          "bleu_tok_mean": [80.0, 0.0, 81.0, 80.5], "bleu_tok_std": [1.0, 0.0, 1.0, 1.0]})
+    fig = rows_figure("depth", table)
+    ppl_axis = fig.axes[1]
+    assert ppl_axis.get_yscale() == "log" and {t.get_rotation() for t in ppl_axis.get_xticklabels()} == {30.0}
+    short = rows_figure("t", table.assign(row=["a", "b", "c", "d"], ppl_mean=[1.3, 1.4, 1.25, 1.28]))
+    assert short.axes[1].get_yscale() == "linear"
+    assert {t.get_rotation() for t in short.axes[1].get_xticklabels()} == {0.0}

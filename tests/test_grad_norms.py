@@ -56,6 +56,19 @@ def test_the_report_section_tables_first_and_last_layers_and_draws_them(tmp_path
     assert plots[0].exists() and plots[0].stat().st_size > 1000
 
 
+def test_rows_with_the_same_weights_at_init_are_drawn_as_one_line_named_for_both():
+    """Warmup changes training, not the initial weights: post and post_nowarmup have the same norms at init, and the
+    plot draws that curve once, labelled with both rows, rather than one line hidden under the other."""
+    import pandas as pd
+
+    from harness.report.grad_norms import _curves, norms
+    runs = pd.DataFrame({"tags.row": ["post", "post_nowarmup", "pre"], "tags.seed": ["0", "0", "0"],
+                         "status": ["FINISHED"] * 3, "metrics.gradnorm_enc_0": [1.0, 1.0, 2.0],
+                         "metrics.gradnorm_dec_0": [3.0, 3.0, 1.0]})
+    curves = _curves({row: norms(runs, row) for row in ("post", "post_nowarmup", "pre")})
+    assert curves == {"post, post_nowarmup": {"enc": [1.0], "dec": [3.0]}, "pre": {"enc": [2.0], "dec": [1.0]}}
+
+
 def test_measuring_leaves_the_random_stream_as_it_was():
     """The backward pass runs dropout, which draws from torch's generator; its state is put back, so that a run
     that measures trains as one that does not."""

@@ -29,7 +29,8 @@ def _measure(ctx: Context, s: Settings) -> dict:
 
 def _section(ctx: SectionContext):
     from harness.report.grad_norms import grad_norm_section
-    return grad_norm_section(ctx.runs, ctx.rows, ctx.out_dir / f"{ctx.study}_grad_norms.png")
+    return grad_norm_section(ctx.runs, ctx.rows, ctx.out_dir / f"{ctx.study}_grad_norms.png",
+                             ctx.study)
 
 
 register(Measurement(

@@ -712,11 +712,19 @@ def plot_title(study: str, runs: pd.DataFrame) -> str:
 _STYLES, _MARKERS = ["-", "-.", ":", (0, (5, 1))], ["o", "s", "^", "D"]
 
 
+class _PlainLogFormatter(LogFormatter):
+    """LogFormatter's choice of which ticks to label, each written as a plain number (0.002, 0.3, 1.4, 60) where
+    LogFormatter writes 3e-01 below 1."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def plain_log_labels(axis) -> None:
-    """A log axis labelled in plain numbers (1.2, 1.4, 2, 3, 10, 60), its minor ticks too where the range is short
-    (under about two decades): not 1.4 x 10^0, and not a single labelled tick over a narrow range."""
-    axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    """A log axis labelled in plain numbers (0.3, 1.2, 1.4, 2, 3, 10, 60), its minor ticks too where the range is
+    short (under about two decades): not 1.4 x 10^0 or 3e-01, and not a single labelled tick over a narrow range."""
+    axis.set_major_formatter(_PlainLogFormatter(labelOnlyBase=False))
+    axis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def series_style(i: int) -> dict:

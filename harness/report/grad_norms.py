@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
+from matplotlib.ticker import MaxNLocator
 
-from harness.report.common import bracket_cell, finished, md_table, save_png
+from harness.report.common import bracket_cell, finished, md_table, plain_log_labels, plot_title, save_png, series_style
 
 _KEY = re.compile(r"^metrics\.gradnorm_(enc|dec)_(\d+)$")
 
@@ -27,7 +27,7 @@ def norms(runs: pd.DataFrame, row: str) -> dict[str, list[list[float]]]:
     return out
 
 
-def grad_norm_section(runs: pd.DataFrame, rows: list[str], path: Path) -> tuple[list[str], list[Path]]:
+def grad_norm_section(runs: pd.DataFrame, rows: list[str], path: Path, study: str = "") -> tuple[list[str], list[Path]]:
     by_row = {row: norms(runs, row) for row in rows}
     by_row = {row: n for row, n in by_row.items() if n["enc"] or n["dec"]}
     if not by_row:
@@ -51,24 +51,42 @@ def grad_norm_section(runs: pd.DataFrame, rows: list[str], path: Path) -> tuple[
              "with its 95 % interval.", "",
              *md_table(["row", "encoder, first layer", "encoder, last layer", "last / first",
                         "decoder, first layer", "decoder, last layer", "last / first"], body), ""]
-    plot = _plot(by_row, path)
+    plot = _plot(by_row, path, plot_title(study, runs) if study else "")
     return lines + [f"![{plot.stem}]({plot.name})", ""], [plot]
 
 
-def _plot(by_row: dict, path: Path) -> Path:
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+def _curves(by_row: dict) -> dict[str, dict[str, list[float]]]:
+    """Each distinct curve once, labelled with every row that has it: rows that differ only in training (the depth
+    study's warmup against none) start from the same weights, so their norms at initialization are the same and
+    one line would hide the other."""
+    curves: dict[str, dict[str, list[float]]] = {}
+    seen: dict[tuple, str] = {}
+    for row, n in by_row.items():
+        means = {side: [sum(v) / len(v) for v in n[side]] for side in ("enc", "dec")}
+        key = tuple(round(x, 9) for side in ("enc", "dec") for x in means[side])
+        if key in seen:
+            label = seen.pop(key)
+            curves[f"{label}, {row}"] = curves.pop(label)
+            seen[key] = f"{label}, {row}"
+        else:
+            seen[key] = row
+            curves[row] = means
+    return curves
+
+
+def _plot(by_row: dict, path: Path, title: str) -> Path:
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
     axes = fig.subplots(1, 2)
-    for i, (row, n) in enumerate(by_row.items()):
+    for i, (label, means) in enumerate(_curves(by_row).items()):
         for ax, side in zip(axes, ("enc", "dec")):
-            means = [sum(v) / len(v) for v in n[side]]
-            if means:
-                ax.plot(range(1, len(means) + 1), means, marker="o", ms=3, color=f"C{i % 10}", label=row)
+            if means[side]:
+                ax.plot(range(1, len(means[side]) + 1), means[side], ms=3, label=label, **series_style(i))
     for ax, name in zip(axes, ("encoder", "decoder")):
         ax.set(yscale="log", xlabel=f"{name} layer (1 = nearest the input)", ylabel="gradient norm at init",
-               title=f"{name}: gradient norm by layer at initialization")
+               title=name)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_formatter(ScalarFormatter())      # 2, 3, 4 rather than 2 x 10^0
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        plain_log_labels(ax.yaxis)
+    fig.suptitle(f"{title + ': ' if title else ''}gradient norm by layer at initialization, mean over seeds")
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside right upper", fontsize=7)

@@ -26,6 +26,7 @@ from harness.report.common import (
     md_table,
     measurement_sections,
     num,
+    plain_log_labels,
     plot_learning_curves,
     plot_title,
     pm,
@@ -148,13 +149,27 @@ def plot_rows(study: str, table: pd.DataFrame, path: Path, title: str | None = N
     single row, which the table says as well."""
     if len(table) < 2:
         return None
-    fig = Figure(figsize=(max(5, 0.7 * len(table)), 5))
+    return save_png(rows_figure(study, table, title), path)
+
+
+def rows_figure(study: str, table: pd.DataFrame, title: str | None = None) -> Figure:
+    width = max(5, 0.7 * len(table))
+    fig = Figure(figsize=(width, 5))
     axes = fig.subplots(2, 1, sharex=True)
     for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
         ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
         ax.set_ylabel(label)
+    ppl = pd.to_numeric(table["ppl_mean"], errors="coerce").dropna()
+    if len(ppl) and ppl.min() > 0 and ppl.max() / ppl.min() > 20:       # diverged rows beside trained ones
+        axes[1].set_yscale("log")
+        plain_log_labels(axes[1].yaxis)
+        axes[1].set_ylabel("dev PPL (log scale)")
+    # a name wider than its bar's slot (about 0.075 inch a character at this size) would run into the next
+    if 0.075 * max(len(str(r)) for r in table["row"]) > 0.8 * width / len(table):
+        for tick in axes[1].get_xticklabels():
+            tick.set(rotation=30, ha="right")
     axes[0].set_title(f"{title or study}: dev BLEU and PPL per row (ours)")
-    return save_png(fig, path)
+    return fig
 
 
 def row_lines(table: pd.DataFrame, diag: dict) -> list[str]:
@@ -194,7 +209,10 @@ def divergence_section(runs: pd.DataFrame, rows: list[str]) -> list[str]:
         if flags.empty:
             continue
         gone = g[pd.to_numeric(g["metrics.diverged"], errors="coerce") == 1]
-        steps = ", ".join(f"seed {s}: step {int(x)}" for s, x in zip(gone["tags.seed"], gone["metrics.diverged_step"]))
+        # MLflow has no column for a metric no run logged: diverged_step is absent when no run diverged
+        where = pd.to_numeric(gone.get("metrics.diverged_step", pd.Series(float("nan"), index=gone.index)),
+                              errors="coerce")
+        steps = ", ".join(f"seed {s}: step {int(x)}" for s, x in zip(gone["tags.seed"], where) if pd.notna(x))
         body.append([f"**{row}**", f"{len(gone)} of {len(flags)}", steps or "–",
                      num(pd.to_numeric(g.get("metrics.dev_ppl_start"), errors="coerce").mean(), "{:.1f}"),
                      num(pd.to_numeric(gone.get("metrics.dev_ppl_measured"), errors="coerce").mean(), "{:.3g}")
