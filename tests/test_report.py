@@ -214,6 +214,18 @@ def test_markdown_provenance_and_index(table3):
     assert f"| {paper_base_bleu} |" in next(ln for ln in md.splitlines() if ln.startswith("| **base**"))
     index = (out / "README.md").read_text()
     assert "[table3](table3.md)" in index and COMMAND in index and SHA in index
+    assert "5.3 min wall · " in index                   # the 321 s of the provenance, for the index reader
+
+
+def test_the_index_gives_each_report_its_cost():
+    """The index line of a report gives the wall time of every invocation that made it and the trials'
+    CPU-hours, read from the report's own provenance lines."""
+    from harness.report.writers import _cost
+    resumed = ("- wall time 2.69 h over 4 invocations (the last 2032 s), Ray + MLflow overhead\n"
+               "- CPU time of the trials: 4.82 CPU-hours (each trial's wall time, across its interruptions)\n")
+    assert _cost(resumed) == "2.69 h wall over 4 invocations, 4.82 CPU-hours · "
+    assert _cost("- wall time 5521 s, Ray + MLflow overhead share 0.4 %") == "1.53 h wall · "
+    assert _cost("- wall time 1565 s, Ray") == "26.1 min wall · " and _cost("no provenance") == ""
 
 
 def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_path):

@@ -65,6 +65,22 @@ def _headline(ev: Evidence) -> str:
     return "**" + "; ".join(parts) + "** · " if parts else ""
 
 
+_WALL = re.compile(r"^- wall time (\d+(?:\.\d+)?) (s|h)( over \d+ invocations)?", re.M)
+_CPU_HOURS = re.compile(r"^- CPU time of the trials: (\d+(?:\.\d+)?) CPU-hours", re.M)
+
+
+def _cost(text: str) -> str:
+    """What a report's runs cost, from its provenance lines, for the index ("" where it gives neither): the wall
+    time across every invocation that made it, and the trials' CPU-hours."""
+    parts = []
+    if m := _WALL.search(text):
+        seconds = float(m[1]) * (3600 if m[2] == "h" else 1)
+        parts.append(f"{seconds / 3600:.2f} h wall{m[3] or ''}" if seconds >= 5400 else f"{seconds / 60:.1f} min wall")
+    if m := _CPU_HOURS.search(text):
+        parts.append(f"{float(m[1]):.2f} CPU-hours")
+    return ", ".join(parts) + " · " if parts else ""
+
+
 def write_index(out_dir: Path) -> Path:
     """reports/README.md: every <study>.md present in out_dir (and in a profile's folder below it) with its
     headline (the verdicts of its claims, counted, and the seeds its rows finished) and its provenance line."""
@@ -81,7 +97,7 @@ def write_index(out_dir: Path) -> Path:
         name = md.stem if rel.parent == Path(".") else \
             f"{md.stem} ({rel.parent.as_posix()}{', real data' if real else ''})"
         lines.append(f"- [{name}]({rel.as_posix()}) ([csv]({rel.with_suffix('.csv').as_posix()})): {headline}"
-                     f"{prov}")
+                     f"{_cost(text)}{prov}")
     return atomic_write(out_dir / "README.md", "\n".join(lines) + "\n")
 
 
