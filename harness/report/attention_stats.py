@@ -10,7 +10,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import finished, interval_cell, md_table, plot_title, save_png
+from harness.report.common import (
+    finished,
+    interval_cell,
+    md_table,
+    plain_log_labels,
+    plot_title,
+    save_png,
+    series_style,
+)
 
 # (metric, its column head, format)
 SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob", "{:.3f}"),
@@ -31,7 +39,7 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
         return [], []
     head = ["row", "score", "d_k", *(f"init: {name}" for _, name, _ in SHOWN),
             *(f"end: {name}" for _, name, _ in SHOWN)]
-    body, curves = [], {}
+    body, curves, widths = [], {}, {}
     for row in rows:
         done = finished(runs, row)
         first = done.iloc[0]
@@ -43,7 +51,8 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
             curves[(row, key)] = hist
             init.append(interval_cell([h[0] for h in hist if 0 in h], fmt))
             end.append(interval_cell(done[f"metrics.{key}"].dropna(), fmt))
-        body.append([f"**{row}**", score, str(first.get("params.model.d_k", "–")), *init, *end])
+        widths[row] = str(first.get("params.model.d_k", "–"))
+        body.append([f"**{row}**", score, widths[row], *init, *end])
     lines = ["## Why the dot products are scaled (§3.2.1)", "",
              "Each trial measured its attention on the first dev sentences as one batch "
              "(`train.attention_stats_sentences`, harness/eval/attention_stats.py), teacher-forced with dropout off, "
@@ -54,11 +63,13 @@ def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path
              "saturation would starve). Each figure is the mean over layers; means over seeds ± half their 95 % "
              "t-interval. The plot follows the largest probability and the gradient norm through training (every "
              "evaluation).", ""] + md_table(head, body) + [""]
-    plot = _plot(rows, curves, path, plot_title(path.stem.removesuffix("_attention_stats"), runs))
+    # the rows are named in the paper's units (scaled_dk256); the legend gives the d_k each ran at
+    labels = {row: f"{row} (d_k {widths[row]})" for row in rows}
+    plot = _plot(rows, curves, path, plot_title(path.stem.removesuffix("_attention_stats"), runs), labels)
     return lines + [f"![{plot.stem}]({plot.name})", ""], [plot]
 
 
-def _plot(rows: list[str], curves: dict, path: Path, title: str) -> Path:
+def _plot(rows: list[str], curves: dict, path: Path, title: str, labels: dict[str, str]) -> Path:
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, key, label in ((axes[0], "attn_max_prob", "largest attention probability"),
@@ -69,10 +80,11 @@ def _plot(rows: list[str], curves: dict, path: Path, title: str) -> Path:
             if not steps:
                 continue
             means = [sum(h[s] for h in hist) / len(hist) for s in steps]
-            ax.plot(steps, means, marker="o", ms=3, color=f"C{i % 10}", label=row)
+            ax.plot(steps, means, ms=3, label=labels.get(row, row), **series_style(i))
         ax.set(xlabel="training step", ylabel=label)
         if key == "attn_qk_grad_norm":
             ax.set_yscale("log")
+            plain_log_labels(ax.yaxis)
     fig.suptitle(f"{title}: the softmax's saturation and the W^Q, W^K gradients through training", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
