@@ -399,3 +399,17 @@ def test_a_run_on_the_tokenized_form_reports_its_bleu_tok_lc_beside_the_literatu
     assert "- not a setting: BPE: sentencepiece's BPE with 10,000 pieces" in text
     claim = next(ln for ln in text.splitlines() if ln.startswith("| `transformer_tiny_reaches_published`"))
     assert "tiny: 40.5 against 41" in claim and "**inconclusive**" in claim     # one seed: no interval
+
+
+def test_table4_gives_f1_over_seeds_with_its_95_percent_interval():
+    """Three seeds of a row: its F1 cells are the mean ± the half-width of the 95 % t-interval, as every other
+    report's; the sample std stays in the CSV's columns."""
+    from harness.report.table4 import summarize_table4
+    runs = pd.DataFrame({"tags.row": ["wsj_only"] * 3, "tags.seed": ["0", "1", "2"], "status": ["FINISHED"] * 3,
+                         "run_id": ["a", "b", "c"], "start_time": [1, 2, 3], "params.data.name": ["data/ptb-wsj-sample"] * 3,
+                         "metrics.test_f1": [75.07, 75.30, 74.0], "metrics.dev_f1": [74.59, 75.1, 74.0]})
+    r = summarize_table4(runs, ["wsj_only"]).set_index("row").loc["wsj_only"]
+    from harness.report.claims import interval
+    mean, low, high, n = interval([75.07, 75.30, 74.0])
+    assert n == 3 and r["test_f1"] == pytest.approx(mean) and r["test_f1_ci"] == pytest.approx(mean - low)
+    assert r["test_f1_ci"] > r["test_f1_std"] > 0                        # t(2) = 4.30: wider than one std

@@ -9,9 +9,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
+from harness.report import claims
 from harness.report.common import (
     NAN,
     claims_section,
+    column,
     declared_rows,
     failure_cell,
     header_lines,
@@ -45,7 +47,8 @@ def _table4_ours() -> dict[str, str]:
 
 
 def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
-    """One line per row: setup as run, test and dev parse scores (mean over FINISHED seeds; F1 with std),
+    """One line per row: setup as run, test and dev parse scores (mean over FINISHED seeds; F1 with its std and
+    the half-width of its 95 % t-interval),
     PPL, size and time, with the paper's F1 for the Transformer row that names it."""
     rows, ours = load_tables()["table4"]["rows"], _table4_ours()
     records = []
@@ -63,6 +66,8 @@ def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         for split in ("test", "dev"):
             rec.update({f"{split}_{s}": mean_of(done, f"{split}_{s}") for s in T4_SCORES})
             rec[f"{split}_f1_std"] = std_of(done, f"{split}_f1")
+            mean, low, _, _ = claims.interval(column(done, f"metrics.{split}_f1").dropna())
+            rec[f"{split}_f1_ci"] = mean - low            # half-width of the 95 % t-interval; NaN for one seed
         rec.update({m: mean_of(done, m) for m in ("dev_ppl", "test_ppl", "steps", "train_seconds",
                                                 "test_f1_constrained", "test_well_formed_constrained",
                                                 "dev_f1_constrained")})
@@ -80,8 +85,9 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     lines += ["The paper's values come from harness/paper/tables.yaml (Vaswani et al. 2017, arXiv:1706.03762 v7): "
               f"{t4.get('metrics', {}).get('f1', 'F1')}. The paper's setup (§6.3): {setup}.", "",
               "Our outputs are repaired into trees over their sentences and scored as EVALB does (COLLINS.prm); "
-              "`well-formed` is the share of raw outputs that were already trees before the repair. Means (F1: "
-              "± sample std, ddof=1) over the seeds that FINISHED; `seeds` = finished / run.", ""]
+              "`well-formed` is the share of raw outputs that were already trees before the repair. Means over the "
+              "seeds that FINISHED (F1: ± the half-width of its 95 % Student-t interval; the CSV also has the sample "
+              "std); `seeds` = finished / run.", ""]
     if synthetic_data(results["runs"]):
         lines += ["This invocation parsed the made-up grammar's trees (`data.name=synth`), not the Penn Treebank, "
                   "with shrunken models: our F1 is not comparable with the paper's WSJ section 23 F1; only the "
@@ -105,7 +111,7 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
         mine = spec.get("ours")
         r = by.get(mine) if mine else None
         cell = "" if not mine else f"– (`{mine}` not run)" if r is None else \
-            f"{pm(r['test_f1'], r['test_f1_std'])} (`{mine}`)" if r["n_finished"] else f"{failure_cell(r)} (`{mine}`)"
+            f"{pm(r['test_f1'], r['test_f1_ci'])} (`{mine}`)" if r["n_finished"] else f"{failure_cell(r)} (`{mine}`)"
         body.append([name, spec.get("training", "–"), num(spec.get("f1"), "{:.1f}"), cell])
     lines += ["## Table 4 as published, ours beside", ""]
     lines += md_table(["Parser", "Training", "WSJ 23 F1", "ours: F1 (test)"], body)
@@ -118,7 +124,7 @@ def render_table4(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     stops = stopping_notes(results["runs"])
     body = [[f"**{r['row']}**", r["data"] or "–", num(r["train_trees"], "{:.0f}"), num(r["N"], "{:g}"),
              num(r["d_model"], "{:g}"), num(r["beam"], "{:g}"), num(r["alpha"], "{:g}"), seeds_cell(r),
-             pm(r["test_f1"], r["test_f1_std"]), pm(r["dev_f1"], r["dev_f1_std"]), num(r["test_recall"]),
+             pm(r["test_f1"], r["test_f1_ci"]), pm(r["dev_f1"], r["dev_f1_ci"]), num(r["test_recall"]),
              num(r["test_precision"]), num(r["test_complete_match"]), num(r["test_average_crossing"]),
              num(r["test_well_formed"], "{:.1f}"), num(r.get("test_f1_constrained")),
              num(r.get("dev_f1_constrained")), num(r["test_ppl"]), num(r["params_M"], "{:.3g}"),
@@ -135,14 +141,15 @@ def plot_table4_f1(study: str, table: pd.DataFrame, path: Path, title: str | Non
     x = list(range(len(table)))
     for shift, split, color in ((-0.2, "test", "C0"), (0.2, "dev", "C2")):
         ax.bar([i + shift for i in x], table[f"{split}_f1"].fillna(0), width=0.4,
-               yerr=table[f"{split}_f1_std"].fillna(0), capsize=3, color=color, label=f"ours, {split} F1")
+               yerr=table[f"{split}_f1_ci"].fillna(0), capsize=3, color=color, label=f"ours, {split} F1")
     paper = table["paper_f1"]
     if paper.notna().any():
         ax.plot([i for i, v in zip(x, paper) if pd.notna(v)], paper.dropna(), "k_", ms=30, mew=2,
                 label="paper, WSJ 23 F1")
     ax.set_xticks(x, [r["row"] + ("" if r["status"] == "FINISHED" else f"\n{r['status']}")
                       for r in table.to_dict("records")])
-    ax.set(ylabel="bracketing F1", ylim=(0, 100), title=f"{title or study}: parsing F1 per row")
+    ax.set(ylabel="bracketing F1", ylim=(0, 100),
+           title=f"{title or study}: parsing F1 per row (± 95 % interval over seeds)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))   # outside: never over the paper's mark
     return save_png(fig, path)
 
