@@ -406,10 +406,34 @@ def test_table4_gives_f1_over_seeds_with_its_95_percent_interval():
     report's; the sample std stays in the CSV's columns."""
     from harness.report.table4 import summarize_table4
     runs = pd.DataFrame({"tags.row": ["wsj_only"] * 3, "tags.seed": ["0", "1", "2"], "status": ["FINISHED"] * 3,
-                         "run_id": ["a", "b", "c"], "start_time": [1, 2, 3], "params.data.name": ["data/ptb-wsj-sample"] * 3,
+                         "run_id": ["a", "b", "c"], "start_time": [1, 2, 3],
+                         "params.data.name": ["data/ptb-wsj-sample"] * 3,
                          "metrics.test_f1": [75.07, 75.30, 74.0], "metrics.dev_f1": [74.59, 75.1, 74.0]})
     r = summarize_table4(runs, ["wsj_only"]).set_index("row").loc["wsj_only"]
     from harness.report.claims import interval
     mean, low, high, n = interval([75.07, 75.30, 74.0])
     assert n == 3 and r["test_f1"] == pytest.approx(mean) and r["test_f1_ci"] == pytest.approx(mean - low)
     assert r["test_f1_ci"] > r["test_f1_std"] > 0                        # t(2) = 4.30: wider than one std
+
+
+def test_a_log_axis_carries_plain_labels_over_a_narrow_range_and_a_wide_one():
+    """A dev PPL from 1.4 to 3.1 has only 2 and 3 among a log axis's own ticks: plain_log_labels gives it round
+    numbers enough to read; over decades (a diverged run's 1000 beside 1.3) it keeps the log ticks, written plainly."""
+    from matplotlib.figure import Figure
+
+    from harness.report.common import plain_log_labels
+    ax = Figure().add_subplot()
+    ax.plot([1, 2, 3], [3.1, 1.6, 1.4])
+    ax.set_yscale("log")
+    plain_log_labels(ax.yaxis)
+    low, high = ax.get_ylim()
+    ticks = [t for t in ax.yaxis.get_majorticklocs() if low <= t <= high]
+    labels = [ax.yaxis.get_major_formatter()(t) for t in ticks]
+    assert len(ticks) >= 3 and "1.5" in labels and "2" in labels and "3" in labels
+    wide = Figure().add_subplot()
+    wide.plot([1, 2], [0.002, 1000.0])
+    wide.set_yscale("log")
+    plain_log_labels(wide.yaxis)
+    formatter = wide.yaxis.get_major_formatter()
+    formatter.set_locs(wide.yaxis.get_majorticklocs())
+    assert formatter(0.01) == "0.01" and formatter(100.0) == "100"

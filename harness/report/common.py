@@ -21,7 +21,7 @@ import pandas as pd
 # The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
 # Figure renders with the Agg canvas.
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
 
 from harness import tracking
 from harness.errors import UserError
@@ -722,7 +722,16 @@ class _PlainLogFormatter(LogFormatter):
 
 def plain_log_labels(axis) -> None:
     """A log axis labelled in plain numbers (0.3, 1.2, 1.4, 2, 3, 10, 60), its minor ticks too where the range is
-    short (under about two decades): not 1.4 x 10^0 or 3e-01, and not a single labelled tick over a narrow range."""
+    short (under about two decades): not 1.4 x 10^0 or 3e-01, and not a single labelled tick over a narrow range.
+    Call it after plotting: under a decade (a dev PPL from 1.4 to 3.1, where a log axis's own ticks are 2 and 3
+    alone) the ticks are a linear axis's round numbers (1.5, 2, 2.5, 3), placed on the log scale."""
+    axis.axes.autoscale_view()
+    low, high = sorted(axis.get_view_interval())
+    if 0 < low and high < 10 * low:
+        axis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+        axis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        axis.set_minor_locator(NullLocator())
+        return
     axis.set_major_formatter(_PlainLogFormatter(labelOnlyBase=False))
     axis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
