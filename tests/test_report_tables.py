@@ -437,3 +437,14 @@ def test_a_log_axis_carries_plain_labels_over_a_narrow_range_and_a_wide_one():
     formatter = wide.yaxis.get_major_formatter()
     formatter.set_locs(wide.yaxis.get_majorticklocs())
     assert formatter(0.01) == "0.01" and formatter(100.0) == "100"
+
+
+def test_a_column_of_labels_stays_inside_the_plot():
+    """Table 3's 20 rows of about 0.54 M parameters: stacked a gap apart from the top, their labels ran below the
+    lowest point and off the plot; they are spread from the top label down to the lowest point instead."""
+    from harness.report.rows import label_heights
+    assert label_heights([80.0, 50.0, 30.0], 3.0, 30.0) == [80.0, 50.0, 30.0]          # room: each at its value
+    assert label_heights([80.0, 79.5, 79.0], 3.0, 30.0) == [80.0, 77.0, 74.0]          # a gap apart
+    crowded = label_heights([82.0] * 19 + [35.0], 3.5, 35.0)
+    assert crowded[0] == 82.0 and crowded[-1] == pytest.approx(35.0) and min(crowded) >= 35.0 - 1e-9
+    assert all(a - b == pytest.approx((82.0 - 35.0) / 19) for a, b in zip(crowded, crowded[1:]))

@@ -116,6 +116,20 @@ def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
             for params in table["_params"]]
 
 
+def label_heights(values: list[float], gap: float, floor: float) -> list[float]:
+    """Heights for the labels of values sorted high to low: each at its value, or `gap` below the label above it;
+    a column that would run below `floor` (the lowest point: below it the labels leave the plot) is spread evenly
+    from its top label down to the floor instead, as far apart as the space allows."""
+    heights, y = [], float("inf")
+    for v in values:
+        y = min(v, y - gap)
+        heights.append(y)
+    if len(heights) > 1 and heights[-1] < floor:
+        step = (heights[0] - floor) / (len(heights) - 1)
+        heights = [heights[0] - i * step for i in range(len(heights))]
+    return heights
+
+
 def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
     """Dev BLEU against parameters, one point a row, labels staggered so that rows of one size do not pile up;
     None (not drawn) where the rows' sizes hardly differ (within 5 %, e.g. only a position embedding apart) or
@@ -133,9 +147,9 @@ def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str 
     ordered = ok.sort_values("params_M")
     cluster = (ordered["params_M"].diff().fillna(0) > 4 * dx).cumsum()
     for _, group in ordered.groupby(cluster):
-        y_label, x_label = float("inf"), group["params_M"].max() + dx
-        for r in group.sort_values("bleu_mean", ascending=False).itertuples(index=False):
-            y_label = min(r.bleu_mean, y_label - gap)
+        x_label, members = group["params_M"].max() + dx, list(group.sort_values("bleu_mean", ascending=False)
+                                                                .itertuples(index=False))
+        for r, y_label in zip(members, label_heights([r.bleu_mean for r in members], gap, lo)):
             ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(x_label, y_label), fontsize=8,
                         va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"} if len(group) > 1
                         else None)
