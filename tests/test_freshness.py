@@ -37,7 +37,6 @@ STALE = {
     "reports/multi30k/rivals/table2.md": {"departures", "claim ids", "registration column"},
     "reports/multi30k/table3.md": {"rows", "departures", "claim ids", "registration column"},
     "reports/multi30k/decoder_only.md": {"departures", "registration column"},
-    "reports/wsj-sample/table4.md": {"departures", "registration column"},
 }
 
 
