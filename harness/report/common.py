@@ -155,6 +155,12 @@ def interval_cell(values, fmt: str = "{:.2f}") -> str:
     return fmt.format(mean) if n < 2 else f"{fmt.format(mean)} ± {fmt.replace('+', '').format((high - low) / 2)}"
 
 
+def half_width(values) -> float:
+    """The half-width of the 95 % t-interval of the mean of `values` over seeds; NaN for fewer than two."""
+    mean, low, _, n = claims.interval(values)
+    return mean - low if n >= 2 else float("nan")
+
+
 def pm(mean, spread) -> str:
     """mean ± spread (a std or a 95 % half-width, as the table's caption says); the mean alone without one."""
     return num(mean) if pd.isna(spread) else f"{mean:.2f} ± {spread:.2f}"

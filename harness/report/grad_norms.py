@@ -59,19 +59,12 @@ def _curves(by_row: dict) -> dict[str, dict[str, list[float]]]:
     """Each distinct curve once, labelled with every row that has it: rows that differ only in training (the depth
     study's warmup against none) start from the same weights, so their norms at initialization are the same and
     one line would hide the other."""
-    curves: dict[str, dict[str, list[float]]] = {}
-    seen: dict[tuple, str] = {}
+    groups: dict[tuple, tuple[list[str], dict[str, list[float]]]] = {}
     for row, n in by_row.items():
         means = {side: [sum(v) / len(v) for v in n[side]] for side in ("enc", "dec")}
         key = tuple(round(x, 9) for side in ("enc", "dec") for x in means[side])
-        if key in seen:
-            label = seen.pop(key)
-            curves[f"{label}, {row}"] = curves.pop(label)
-            seen[key] = f"{label}, {row}"
-        else:
-            seen[key] = row
-            curves[row] = means
-    return curves
+        groups.setdefault(key, ([], means))[0].append(row)
+    return {", ".join(rows): means for rows, means in groups.values()}
 
 
 def _plot(by_row: dict, path: Path, title: str) -> Path:

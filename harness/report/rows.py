@@ -21,6 +21,7 @@ from harness.report.common import (
     column,
     declared_rows,
     finished,
+    half_width,
     header_lines,
     is_measurement_setting,
     md_table,
@@ -57,8 +58,7 @@ def summarize_rows(runs: pd.DataFrame, order: Iterable[str], shown_columns: dict
         for name, key in METRICS.items():
             values = column(done, f"metrics.{key}").dropna()
             rec[f"{name}_mean"], rec[f"{name}_std"] = values.mean(), values.std()  # NaN std for one seed
-            mean, low, _, _ = claims.interval(values)
-            rec[f"{name}_ci"] = mean - low             # half-width of the 95 % t-interval; NaN for one seed
+            rec[f"{name}_ci"] = half_width(values)
         rec["params_M"] = column(done, "metrics.params").mean() / 1e6
         rec["failure_reason"] = reason
         rec["_params"] = {k[len("params."):]: v for k, v in first.items() if k.startswith("params.") and pd.notna(v)}

@@ -9,13 +9,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report import claims
 from harness.report.common import (
     NAN,
     claims_section,
     column,
     declared_rows,
     failure_cell,
+    half_width,
     header_lines,
     late_changes_section,
     md_table,
@@ -66,8 +66,7 @@ def summarize_table4(runs: pd.DataFrame, declared: list[str]) -> pd.DataFrame:
         for split in ("test", "dev"):
             rec.update({f"{split}_{s}": mean_of(done, f"{split}_{s}") for s in T4_SCORES})
             rec[f"{split}_f1_std"] = std_of(done, f"{split}_f1")
-            mean, low, _, _ = claims.interval(column(done, f"metrics.{split}_f1").dropna())
-            rec[f"{split}_f1_ci"] = mean - low            # half-width of the 95 % t-interval; NaN for one seed
+            rec[f"{split}_f1_ci"] = half_width(column(done, f"metrics.{split}_f1").dropna())
         rec.update({m: mean_of(done, m) for m in ("dev_ppl", "test_ppl", "steps", "train_seconds",
                                                 "test_f1_constrained", "test_well_formed_constrained",
                                                 "dev_f1_constrained")})
