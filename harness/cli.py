@@ -348,9 +348,9 @@ def _add_data(sub) -> None:
     synth = data.add_parser("synth", help="write the made-up translation corpus (with gold parse trees)")
     synth.add_argument("--out", required=True, type=Path, help="directory to write")
     synth.add_argument("--pairs", type=int, default=50_000, help="training pairs (1 k to 10 M)")
-    synth.add_argument("--dev-pairs", type=int, default=1000)
-    synth.add_argument("--test-pairs", type=int, default=1000)
-    synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--dev-pairs", type=int, default=1000, help="dev pairs")
+    synth.add_argument("--test-pairs", type=int, default=1000, help="test pairs")
+    synth.add_argument("--seed", type=int, default=1, help="the corpus seed (data.seed): which sentences are drawn")
     synth.add_argument("--target", choices=("de", "fr"), default="de",
                        help="the target language: German-like (default) or French-like, the same sources")
     synth.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -363,8 +363,8 @@ def _add_data(sub) -> None:
     prep.add_argument("--form", default=None,
                       help="multi30k only: raw (default: the text as released) or lc.norm.tok (lowercased, "
                            "punctuation normalised, Moses-tokenized, as the dataset's data/task1/tok files)")
-    prep.add_argument("--out", required=True, type=Path)
-    prep.add_argument("--json", action="store_true")
+    prep.add_argument("--out", required=True, type=Path, help="directory to write (train/dev/test and the BPE input)")
+    prep.add_argument("--json", action="store_true", help="print the manifest as JSON")
     prep.set_defaults(func=_cmd_data_prepare)
 
 
@@ -436,20 +436,20 @@ def _add_probes(sub) -> None:
     probe = sub.add_parser("probe", help="measurements beside training: FLOPs, attention scaling, parsing F1")
     probes = probe.add_subparsers(dest="probe_command", required=True)
     fl = probes.add_parser("flops", help="FLOPs per training step: fvcore, torch's FlopCounterMode, analytic")
-    fl.add_argument("--preset", default="paper_base")
+    fl.add_argument("--preset", default="paper_base", help="paper_base | paper_big | cpu_d128 | modern_base")
     fl.add_argument("--batch-tokens", type=int, default=25_000, help="target (and source) tokens per step")
-    fl.add_argument("--sentence-len", type=int, default=25)
-    fl.add_argument("--json", action="store_true")
+    fl.add_argument("--sentence-len", type=int, default=25, help="tokens a sentence, source and target")
+    fl.add_argument("--json", action="store_true", help="print the result as JSON")
     fl.set_defaults(func=_cmd_probe_flops)
 
     sc = probes.add_parser("scaling", help="Table 1 measured: time, memory, sequential ops and path length")
     sc.add_argument("--quick", action="store_true", help="a small grid (about 20 s on a CPU)")
     sc.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    sc.add_argument("--json", action="store_true")
+    sc.add_argument("--json", action="store_true", help="print the result as JSON")
     sc.set_defaults(func=_cmd_probe_scaling)
 
     co = probes.add_parser("cost", help="Table 2's training cost: the paper's method against counted FLOPs")
-    co.add_argument("--json", action="store_true")
+    co.add_argument("--json", action="store_true", help="print the result as JSON")
     co.set_defaults(func=_cmd_probe_cost)
 
     inf = probes.add_parser("inference", help="inference cost by model shape: prefill and decode tokens/s, time to "
@@ -458,13 +458,13 @@ def _add_probes(sub) -> None:
                                                                                         "study)")
     inf.add_argument("--profile", default=None, help="the study's profile (default: tiny)")
     inf.add_argument("--rows", default="", help="comma-separated rows (default: all)")
-    inf.add_argument("--json", action="store_true")
+    inf.add_argument("--json", action="store_true", help="print the result as JSON")
     inf.set_defaults(func=_cmd_probe_inference)
 
     ev = probes.add_parser("evalb", help="score bracketed trees as EVALB does with COLLINS.prm")
     ev.add_argument("gold", type=Path, help="gold trees: one a line, or Penn Treebank .mrg")
     ev.add_argument("test", type=Path, help="test trees, one a line")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true", help="print the result as JSON")
     ev.set_defaults(func=_cmd_probe_evalb)
 
     ag = probes.add_parser("agreement", help="long-distance agreement: a finished run scores contrastive pairs "
@@ -472,7 +472,7 @@ def _add_probes(sub) -> None:
     ag.add_argument("run_dir", type=Path, help="a finished run's directory (train --out, or a study trial's)")
     ag.add_argument("--sentences", type=int, default=2000, help="contrastive sentences to draw (about 2 pairs each)")
     ag.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    ag.add_argument("--json", action="store_true")
+    ag.add_argument("--json", action="store_true", help="print the result as JSON")
     ag.set_defaults(func=_cmd_probe_agreement)
 
     me = probes.add_parser("measure", help="any measurement taken on final weights (harness/measure: kv_int8, "
@@ -482,7 +482,7 @@ def _add_probes(sub) -> None:
     me.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                     help="one of the measurement's settings, e.g. sentences=200 (repeatable)")
     me.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    me.add_argument("--json", action="store_true")
+    me.add_argument("--json", action="store_true", help="print the result as JSON")
     me.set_defaults(func=_cmd_probe_measure)
 
     hd = probes.add_parser("heads", help="the paper's Figures 3-5 measured: head scores against the made-up corpus's "
@@ -496,7 +496,7 @@ def _add_probes(sub) -> None:
     hd.add_argument("--out", type=Path, default=None, help="where heads.json and the figures go (default "
                                                            "RUN_DIR/heads)")
     hd.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    hd.add_argument("--json", action="store_true")
+    hd.add_argument("--json", action="store_true", help="print the result as JSON")
     hd.set_defaults(func=_cmd_probe_heads)
 
 
@@ -512,9 +512,9 @@ def _add_evaluate(sub) -> None:
     ev.add_argument("--constrained", action="store_true",
                     help="parsing: also decode under the tree constraint (F1 beside the paper's search + repair), "
                          "even where the run did not")
-    ev.add_argument("--device", default="auto")
+    ev.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ev.add_argument("--no-log", action="store_true", help="print only; do not log to the trial's MLflow run")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true", help="print the result as JSON")
     ev.set_defaults(func=_cmd_evaluate)
 
 
@@ -523,11 +523,11 @@ def _add_bench(sub) -> None:
     be = sub.add_parser("bench", help="time training steps and decoding: the core against torch.nn.Transformer")
     be.add_argument("--preset", default="cpu_d128", help="a preset, or several separated by commas "
                     "(GPU check: cpu_d128,paper_base,paper_big --compile)")
-    be.add_argument("--device", default="auto")
+    be.add_argument("--device", default="auto", help="auto | cpu | cuda")
     be.add_argument("--dtype", default="auto", help="fp32 | bf16 | auto (bf16 on CUDA, fp32 on CPU)")
     be.add_argument("--tokens", type=int, default=0, help="target tokens per batch (0: 25000 on GPU, 4096 on CPU)")
     be.add_argument("--sentence-len", type=int, default=25, help="mean sentence length in tokens")
-    be.add_argument("--repeats", type=int, default=10)
+    be.add_argument("--repeats", type=int, default=10, help="timed steps a model, interleaved; the median is reported")
     be.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
     be.add_argument("--compile-mode", default="default", help="torch.compile mode (reduce-overhead: CUDA graphs)")
     be.add_argument("--vary", action="store_true", help="sentence lengths 0.6..1.4 x --sentence-len, padded")
@@ -546,7 +546,7 @@ def _add_bench(sub) -> None:
     be.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="with --study: override a setting of the row, as `run --set` does (e.g. --set "
                          "train.cpu_amp=true)")
-    be.add_argument("--json", action="store_true")
+    be.add_argument("--json", action="store_true", help="print the result as JSON")
     be.set_defaults(func=_cmd_bench)
 
 

@@ -1,11 +1,13 @@
 """The command line: bad input gives one sentence on stderr and exit 2; good input works end to end."""
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.bench import gpu_check
+from harness.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -299,3 +301,27 @@ def test_the_readmes_add_a_row_example_runs(tmp_path, capsys, monkeypatch):
     assert code == 0 and re.search(r"^model\.n_heads\s+16\s+row$", out, re.M)
     code, out, _ = run(capsys, "run", "my-table3.yaml", "--rows", f"base,{name}", "--dry-run")
     assert code == 0 and f"{name}-s0" in out and "base-s0" in out
+
+
+def _options(parser, path=("python -m harness",)):
+    """(command path, option action) for every option of the parser and its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _options(child, path + (name,))
+        elif action.option_strings and action.help is not argparse.SUPPRESS:
+            yield path, action, parser
+
+
+def test_every_option_of_every_command_has_help_that_shows_its_default():
+    # argparse prints nothing for an option without help text, not even its default
+    found = list(_options(build_parser())) + list(_options(gpu_check.build_parser(), ("harness.gpu_check",)))
+    assert len(found) > 100
+    missing = [f"{' '.join(path)} {a.option_strings[0]}" for path, a, _ in found if not (a.help or "").strip()]
+    assert missing == []
+    for path, action, parser in found:
+        if action.default in (None, False, [], argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
+            continue
+        text = " ".join(parser._get_formatter()._format_action(action).split())   # this option's lines of --help
+        shown = f"(default: {action.default})" in text or "default" in (action.help or "").lower()
+        assert shown, f"{' '.join(path)} {action.option_strings[-1]} does not show its default {action.default!r}"

@@ -159,13 +159,18 @@ def _train(out: Path, device: str, quick: bool, **overrides) -> dict:
     return {k: metrics.get(k) for k in keep}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpu_check", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness.gpu_check", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json and .md")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="auto | cuda | cpu")
     parser.add_argument("--budget-s", type=float, default=290.0, help="skip steps that would start after this")
     parser.add_argument("--quick", action="store_true", help="small shapes, cpu_d128 only, no compile (CPU tests)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     device = resolve_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     presets = ["cpu_d128"] if args.quick else ["paper_base", "paper_big"]
