@@ -169,3 +169,34 @@ def test_a_changed_margin_is_caught(tmp_path):
     edited = tmp_path / "claims.yaml"
     edited.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert ("claim bound" in {k for k, w in problems(report, edited) if target["id"] in w})
+
+
+def verdict_counts_in_notes(notes: str) -> list[tuple[str, dict, dict]]:
+    """For each row of the notes' summary table: (report, the counts the row states, the counts the report gives),
+    counts keyed hold / contradicted / inconclusive (a row states only some)."""
+    found = []
+    for line in notes.splitlines():
+        link = re.search(r"\]\(\.\./(reports/[^)]+\.md)\)", line)
+        if not line.startswith("| ") or not link:
+            continue
+        rest = line.split(link.group(0), 1)[1]
+        stated = {k: int(m.group(1)) for k in ("hold", "contradicted", "inconclusive")
+                  if (m := re.search(rf"(\d+) {k}", rest))}
+        given = re.search(r"checked on these runs: (\d+) hold, (\d+) contradicted, (\d+) inconclusive",
+                          (ROOT / link.group(1)).read_text())
+        counts = dict(zip(("hold", "contradicted", "inconclusive"), map(int, given.groups()))) if given else {}
+        found.append((link.group(1), stated, counts))
+    return found
+
+
+def test_the_notes_state_each_reports_verdict_counts_as_the_report_gives_them():
+    # docs/results.md is written by hand beside the generated reports: a regenerated report must carry its note along
+    rows = verdict_counts_in_notes((ROOT / "docs" / "results.md").read_text())
+    assert sum(bool(stated) for _, stated, _ in rows) >= 10
+    wrong = [(report, stated, given) for report, stated, given in rows
+             if any(given.get(k) != n for k, n in stated.items())]
+    assert wrong == []
+    # and the check reads a stale note as stale
+    stale = "| Table 3 | [reports/table3.md](../reports/table3.md) | 14 claims (**9 hold**, 0 contradicted) |"
+    [(_, stated, given)] = verdict_counts_in_notes(stale)
+    assert stated == {"hold": 9, "contradicted": 0} and set(given) == {"hold", "contradicted", "inconclusive"}
