@@ -91,3 +91,27 @@ def test_the_rows_plot_reads_diverged_rows_beside_trained_ones():
     short = rows_figure("t", table.assign(row=["a", "b", "c", "d"], ppl_mean=[1.3, 1.4, 1.25, 1.28]))
     assert short.axes[1].get_yscale() == "linear"
     assert {t.get_rotation() for t in short.axes[1].get_xticklabels()} == {0.0}
+
+
+def test_a_claim_between_two_rows_that_both_diverged_says_so_rather_than_blaming_seed_noise():
+    import pandas as pd
+
+    from harness.report.claims import Claim
+    from harness.report.common import _claim_why, _diverged, regime_note
+    g = pd.DataFrame({"metrics.diverged": [1.0, 1.0, 0.0]})
+    assert _diverged(g) == (2, 3) and _diverged(pd.DataFrame({"x": [1]})) == (0, 0)
+    diag = {"post24": {"diverged": (3, 3), "seeds": 3, "drop": 0.5, "span": (600, 800)},
+            "post24_nowarmup": {"diverged": (3, 3), "seeds": 3}, "pre24": {"diverged": (0, 3), "seeds": 3}}
+    # a diverged row's curve says nothing about where training stood: no "still improving"
+    assert regime_note("post24", diag) == "stopped as diverged in 3 of 3 seeds (scored as its dev PPL at the start)"
+    assert regime_note("pre24", diag) == ""
+    claim = Claim(id="postnorm_deep_needs_warmup", study="depth", source="", text="", metric="nll", better="lower",
+                  a="post24", b="post24_nowarmup", expect="better")
+    c = {"verdict": "inconclusive", "expect": "better", "n": 3, "diff": 0.0, "low": 0.0, "high": 0.0,
+         "a_row": "post24", "b_row": "post24_nowarmup", "margin": 0.0, "claim": claim}
+    why = _claim_why(c, diag)
+    assert "post24 was stopped as diverged in 3 of 3 seeds" in why and "the runs cannot order them" in why
+    assert "seed-to-seed spread" not in why
+    # one side trained: the interval is read as usual
+    why = _claim_why(c | {"b_row": "pre24", "low": -0.5, "high": 0.5}, diag)
+    assert "seed-to-seed spread" in why and "cannot order" not in why

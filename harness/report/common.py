@@ -319,8 +319,14 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
                 span = (later[0][0], last_step)
         out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
                     "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span,
-                    "rose": sum(rose), "seeds": len(rose), "rule": _rule_outcomes(g)}
+                    "rose": sum(rose), "seeds": len(rose), "rule": _rule_outcomes(g), "diverged": _diverged(g)}
     return out
+
+
+def _diverged(g: pd.DataFrame) -> tuple[int, int]:
+    """(seeds that diverged under train.stop_diverged, seeds that trained with it) of a row's finished runs."""
+    flags = pd.to_numeric(g.get("metrics.diverged", pd.Series(dtype=float)), errors="coerce").dropna()
+    return int((flags == 1).sum()), len(flags)
 
 
 def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
@@ -381,6 +387,9 @@ def regime_note(row: str, diag: dict[str, dict]) -> str:
     the patience rule, how each seed ended (`stopping_note`) instead of the curve's last quarter."""
     d, base = diag.get(row, {}), diag.get("base", {}).get("ppl", float("nan"))
     ppl, drop = d.get("ppl", float("nan")), d.get("drop", float("nan"))
+    gone, of = d.get("diverged", (0, 0))
+    if gone:                         # scored as its start: its curve says nothing of where training stood
+        return f"stopped as diverged in {gone} of {of} seeds (scored as its dev PPL at the start)"
     if pd.notna(ppl) and pd.notna(base) and row != "base" and ppl > 2.5 * base:
         return f"near the plateau: dev PPL {ppl:.2f}, {ppl / base:.1f}x the base's"
     if d.get("rule"):
@@ -512,7 +521,11 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         if moved:
             notes.append(f"{'it rests on ' if rests else ''}departures from the paper that change how its rows "
                          f"compare: {'; '.join(moved)}")
-    if c["n"] >= 2 and c["verdict"] == "inconclusive":
+    gone = [diag.get(r, {}).get("diverged", (0, 0)) for r in rows]
+    if c["n"] >= 2 and c["verdict"] == "inconclusive" and gone and all(k == n > 0 for k, n in gone):
+        notes.append("both rows are scored as their start, the same initialisation on both sides: the runs cannot "
+                     "order them")
+    elif c["n"] >= 2 and c["verdict"] == "inconclusive":
         if c["expect"] == "better":
             notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
                          f"spans {c['margin']:g}: the effect, if any, is within the seed-to-seed spread at this scale")
