@@ -115,3 +115,10 @@ def test_a_claim_between_two_rows_that_both_diverged_says_so_rather_than_blaming
     # one side trained: the interval is read as usual
     why = _claim_why(c | {"b_row": "pre24", "low": -0.5, "high": 0.5}, diag)
     assert "seed-to-seed spread" in why and "cannot order" not in why
+
+
+def test_a_diverged_runs_dev_curve_ends_where_its_weights_went_not_at_the_score_of_its_start():
+    from harness.report.common import diverged_curve
+    hist = [(0, 1041.7), (200, 229.5), (400, 232.0), (600, 399.1), (800, 3580.0), (800, 1041.7)]
+    assert diverged_curve(hist, 1041.7) == hist[:5]
+    assert diverged_curve([(0, 1041.7)], 1041.7) == [(0, 1041.7)]        # diverged at the start: its one point

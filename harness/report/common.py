@@ -762,26 +762,38 @@ def series_style(i: int) -> dict:
     return {"color": f"C{i % 10}", "ls": _STYLES[block % len(_STYLES)], "marker": _MARKERS[block % len(_MARKERS)]}
 
 
+def diverged_curve(hist: list[tuple[int, float]], start: float) -> list[tuple[int, float]]:
+    """A diverged run's dev PPL as its weights went: the score logged at its last step, which is its start
+    (harness/train/finish.py), is not a point of the curve."""
+    last = max(s for s, _ in hist)
+    return [(s, v) for s, v in hist if not (s == last and s > 0 and math.isclose(v, float(start)))]
+
+
 def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
     """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row (and, past
     ten rows, a line style and marker per block of ten), one line per seed, the legend outside the panels:
-    whether each row converged is read off the right panel."""
+    whether each row converged is read off the right panel; an x where a run stopped as diverged."""
     fig = Figure(figsize=(12.5, 4.8), layout="constrained")
     axes = fig.subplots(1, 2)
     for j, row in enumerate(order):
         seeds = runs[runs["tags.row"].astype(str) == row]
         seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
         style = series_style(j)
-        for i, run in enumerate(seeds.itertuples(index=False)):
-            ok = run.status == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
+        for i, (_, run) in enumerate(seeds.iterrows()):
+            ok = run["status"] == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
+            gone = pd.to_numeric(pd.Series([run.get("metrics.diverged")]), errors="coerce").iloc[0] == 1
             for ax, key in zip(axes, ("train_loss", "dev_ppl")):
-                hist = tracking.metric_history(uri, run.run_id, key)
+                hist = tracking.metric_history(uri, run["run_id"], key)
+                if hist and key == "dev_ppl" and gone:
+                    hist = diverged_curve(hist, run.get("metrics.dev_ppl_start"))
                 if hist:
                     steps, values = zip(*sorted(hist))
                     marker = style["marker"] if len(order) > 10 or key == "dev_ppl" else None
                     ax.plot(steps, values, color=style["color"], ls=style["ls"] if ok else "--",
                             lw=1, marker=marker, markevery=max(1, len(steps) // 8), ms=3,
                             label=row if i == 0 and key == "dev_ppl" else None)
+                    if gone and key == "dev_ppl":     # where it stopped as diverged
+                        ax.plot(steps[-1:], values[-1:], color=style["color"], marker="x", ms=7, ls="none")
     title = plot_title(study, runs)
     axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{title}: training loss")
     axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
