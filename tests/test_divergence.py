@@ -85,9 +85,12 @@ def test_the_rows_plot_reads_diverged_rows_beside_trained_ones():
     table = pd.DataFrame({"row": ["post24", "post24_nowarmup", "pre24", "pre24_nowarmup"],
                           "ppl_mean": [1.3, 1000.0, 1.25, 1.28], "ppl_std": [0.01, 0.0, 0.01, 0.02],
                           "bleu_tok_mean": [80.0, 0.0, 81.0, 80.5], "bleu_tok_std": [1.0, 0.0, 1.0, 1.0]})
-    fig = rows_figure("depth", table)
+    fig = rows_figure("depth", table, diverged={"post24_nowarmup"})
     ppl_axis = fig.axes[1]
     assert ppl_axis.get_yscale() == "log" and {t.get_rotation() for t in ppl_axis.get_xticklabels()} == {30.0}
+    # the diverged row's bars hatched, and named as diverged; the others plain
+    assert [p.get_hatch() for p in ppl_axis.patches] == [None, "//", None, None]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["diverged"]
     short = rows_figure("t", table.assign(row=["a", "b", "c", "d"], ppl_mean=[1.3, 1.4, 1.25, 1.28]))
     assert short.axes[1].get_yscale() == "linear"
     assert {t.get_rotation() for t in short.axes[1].get_xticklabels()} == {0.0}
@@ -97,9 +100,9 @@ def test_a_claim_between_two_rows_that_both_diverged_says_so_rather_than_blaming
     import pandas as pd
 
     from harness.report.claims import Claim
-    from harness.report.common import _claim_why, _diverged, regime_note
+    from harness.report.common import _claim_why, diverged_seeds, regime_note
     g = pd.DataFrame({"metrics.diverged": [1.0, 1.0, 0.0]})
-    assert _diverged(g) == (2, 3) and _diverged(pd.DataFrame({"x": [1]})) == (0, 0)
+    assert diverged_seeds(g) == (2, 3) and diverged_seeds(pd.DataFrame({"x": [1]})) == (0, 0)
     diag = {"post24": {"diverged": (3, 3), "seeds": 3, "drop": 0.5, "span": (600, 800)},
             "post24_nowarmup": {"diverged": (3, 3), "seeds": 3}, "pre24": {"diverged": (0, 3), "seeds": 3}}
     # a diverged row's curve says nothing about where training stood: no "still improving"

@@ -319,11 +319,11 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
                 span = (later[0][0], last_step)
         out[row] = {"ppl": sum(finals) / len(finals) if finals else float("nan"),
                     "drop": sum(drops) / len(drops) if drops else float("nan"), "span": span,
-                    "rose": sum(rose), "seeds": len(rose), "rule": _rule_outcomes(g), "diverged": _diverged(g)}
+                    "rose": sum(rose), "seeds": len(rose), "rule": _rule_outcomes(g), "diverged": diverged_seeds(g)}
     return out
 
 
-def _diverged(g: pd.DataFrame) -> tuple[int, int]:
+def diverged_seeds(g: pd.DataFrame) -> tuple[int, int]:
     """(seeds that diverged under train.stop_diverged, seeds that trained with it) of a row's finished runs."""
     flags = pd.to_numeric(g.get("metrics.diverged", pd.Series(dtype=float)), errors="coerce").dropna()
     return int((flags == 1).sum()), len(flags)

@@ -20,6 +20,7 @@ from harness.report.common import (
     claims_section,
     column,
     declared_rows,
+    diverged_seeds,
     finished,
     half_width,
     header_lines,
@@ -158,21 +159,31 @@ def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str 
     return save_png(fig, path)
 
 
-def plot_rows(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
+def plot_rows(study: str, table: pd.DataFrame, path: Path, title: str | None = None,
+              diverged: set[str] = frozenset()) -> Path | None:
     """Bars per row, dev BLEU tok above and dev PPL below, each with its seeds' spread; None (not drawn) for a
-    single row, which the table says as well."""
+    single row, which the table says as well. Rows in `diverged` (every seed stopped as diverged, scored as its
+    start) are hatched and say so."""
     if len(table) < 2:
         return None
-    return save_png(rows_figure(study, table, title), path)
+    return save_png(rows_figure(study, table, title, diverged), path)
 
 
-def rows_figure(study: str, table: pd.DataFrame, title: str | None = None) -> Figure:
+def rows_figure(study: str, table: pd.DataFrame, title: str | None = None,
+                diverged: set[str] = frozenset()) -> Figure:
     width = max(5, 0.7 * len(table))
     fig = Figure(figsize=(width, 5))
     axes = fig.subplots(2, 1, sharex=True)
     for ax, (name, label) in zip(axes, (("bleu_tok", "dev BLEU tok"), ("ppl", "dev PPL"))):
-        ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
+        bars = ax.bar(table["row"], table[f"{name}_mean"].fillna(0), yerr=table[f"{name}_std"].fillna(0), capsize=3)
+        for bar, row in zip(bars, table["row"]):
+            if row in diverged:
+                bar.set(hatch="//", facecolor="white", edgecolor="C3")
         ax.set_ylabel(label)
+    for i, row in enumerate(table["row"]):
+        if row in diverged:
+            axes[0].annotate("diverged", (i, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                             va="bottom", color="C3", fontsize=8)
     ppl = pd.to_numeric(table["ppl_mean"], errors="coerce").dropna()
     if len(ppl) and ppl.min() > 0 and ppl.max() / ppl.min() > 20:       # diverged rows beside trained ones
         axes[1].set_yscale("log")
@@ -209,6 +220,11 @@ def row_cells(r: dict, diag: dict) -> tuple[str, list[str], str]:
                signed_pm(r["delta_ppl"], r["delta_ppl_ci"]),
                signed_pm(r["delta_bleu_tok"], r["delta_bleu_tok_ci"])]
     return seeds, figures, notes.replace("|", "\\|").replace("\n", " ")
+
+
+def diverged_rows(runs: pd.DataFrame, rows: list[str]) -> set[str]:
+    """The rows every finished seed of which stopped as diverged (train.stop_diverged)."""
+    return {row for row in rows if (counts := diverged_seeds(finished(runs, row)))[1] and counts[0] == counts[1]}
 
 
 def divergence_section(runs: pd.DataFrame, rows: list[str]) -> list[str]:
@@ -250,7 +266,8 @@ def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]
     title = plot_title(study, runs)
     plots = [p for p in (plot_learning_curves(study, runs, rows, uri, out_dir / f"{study}_learning_curves.png"),
                          plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png", title),
-                         plot_rows(study, table, out_dir / f"{study}_rows.png", title)) if p is not None]
+                         plot_rows(study, table, out_dir / f"{study}_rows.png", title, diverged_rows(runs, rows)))
+             if p is not None]
     lines = header_lines(study, results, None)
     if parent["tags"].get("profile") == "tiny" or synthetic_data(runs):
         lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models: absolute PPL and "
