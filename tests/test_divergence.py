@@ -125,3 +125,20 @@ def test_a_diverged_runs_dev_curve_ends_where_its_weights_went_not_at_the_score_
     hist = [(0, 1041.7), (200, 229.5), (400, 232.0), (600, 399.1), (800, 3580.0), (800, 1041.7)]
     assert diverged_curve(hist, 1041.7) == hist[:5]
     assert diverged_curve([(0, 1041.7)], 1041.7) == [(0, 1041.7)]        # diverged at the start: its one point
+
+
+def test_a_gap_claim_over_diverged_rows_says_what_its_gap_then_measures():
+    from harness.report.claims import Claim
+    from harness.report.common import _claim_why
+    claim = Claim(id="depth_gap_grows", study="depth", source="", text="", metric="nll", better="lower",
+                  a=["post24_nowarmup", "pre24_nowarmup"], b=["post6_nowarmup", "pre6_nowarmup"], expect="gap_grows")
+    c = {"verdict": "contradicted", "expect": "gap_grows", "n": 3, "a": "post24_nowarmup − pre24_nowarmup",
+         "b": "post6_nowarmup − pre6_nowarmup", "a_mean": 5.28, "b_mean": 6.70, "low": -1.56, "high": -1.28,
+         "claim": claim}
+    diag = {"post24_nowarmup": {"diverged": (3, 3)}, "post6_nowarmup": {"diverged": (3, 3)},
+            "pre24_nowarmup": {"diverged": (0, 3)}, "pre6_nowarmup": {"diverged": (0, 3)}}
+    why = _claim_why(c, diag)
+    assert why.startswith("the gap post24_nowarmup − pre24_nowarmup was +5.280")
+    assert "; post24_nowarmup and post6_nowarmup stopped as diverged in every seed" in why
+    assert "pre24_nowarmup stopped" not in why
+    assert "diverged" not in _claim_why(c, {r: {"diverged": (1, 3)} for r in diag})     # not every seed: no note

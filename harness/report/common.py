@@ -445,6 +445,20 @@ def _num3(x: float) -> str:
     return "–" if x is None or pd.isna(x) else f"{x:.3g}"
 
 
+def _diverged_why(c: dict, diag: dict[str, dict]) -> str:
+    """For a claim read off several rows (a gap between gaps): which of them diverged in every seed, and what the
+    figure then measures ("" where none did)."""
+    claim = c.get("claim")
+    rows = [r for side in (getattr(claim, "a", None), getattr(claim, "b", None))
+            for r in ([side] if isinstance(side, str) else side or [])]
+    gone = [r for r in dict.fromkeys(rows) if (k := diag.get(r, {}).get("diverged", (0, 0)))[1] and k[0] == k[1]]
+    if not gone:
+        return ""
+    return (f"; {' and '.join(gone)} stopped as diverged in every seed and {'is' if len(gone) == 1 else 'are'} "
+            "scored as the start: a gap with a diverged row measures how far the other row trained from that "
+            "start, not how far the diverged row fell behind")
+
+
 def _measured_why(c: dict) -> str:
     """_claim_why for the claims that are not a comparison of two rows: a threshold, a gap between gaps, time to
     quality, a measurement against the formula."""
@@ -499,7 +513,7 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     if c["verdict"] == "not run":
         return "its rows were not run in this invocation"
     if c["expect"] in ("above", "gap_grows", "sooner", "value"):
-        return _measured_why(c)
+        return _measured_why(c) + _diverged_why(c, diag)
     notes = []
     if c["n"] < 2:
         notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
