@@ -238,6 +238,7 @@ def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_pat
     # no paper table: the rows layout (harness/report/rows.py), every change against the base in the last column
     assert (tmp_path / "modern_rows.png").read_bytes()[:8] == PNG_MAGIC and not (tmp_path / "modern_knobs.png").exists()
     md = (tmp_path / "modern.md").read_text()
+    assert md.startswith("# modern: today's replacements (RoPE, pre-norm")      # what the study asks, as its title
     assert "| row | seeds | dev PPL | BLEU sacre | BLEU tok |" in md and "paper PPL" not in md
     assert "norm_position=pre" in next(ln for ln in md.splitlines() if ln.startswith("| **F1**"))
     index = (tmp_path / "README.md").read_text()

@@ -257,6 +257,17 @@ def divergence_section(runs: pd.DataFrame, rows: list[str]) -> list[str]:
                           body), ""]
 
 
+# What each study of this layout asks, for its report's title (a study without one is titled by its name alone).
+STUDY_TITLES = {
+    "modern": "today's replacements (RoPE, pre-norm, RMSNorm, SwiGLU, GQA, sliding windows) against the paper's base",
+    "decoder_only": "the encoder-decoder against decoder-only shapes at equal parameters",
+    "depth": "post-norm against pre-norm as stacks deepen, with and without warmup",
+    "scaling_dk": "why the dot products are scaled (§3.2.1)",
+    "extrapolation": "position encodings past the training lengths (§3.5)",
+    "heads": "what the attention heads do (Figures 3-5)",
+}
+
+
 def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
     """The rows layout: header, the rows table, its plots, each row's architecture, the measurements' sections,
     the claims."""
@@ -268,7 +279,7 @@ def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]
                          plot_bleu_vs_params(study, table, out_dir / f"{study}_bleu_vs_params.png", title),
                          plot_rows(study, table, out_dir / f"{study}_rows.png", title, diverged_rows(runs, rows)))
              if p is not None]
-    lines = header_lines(study, results, None)
+    lines = header_lines(study, results, STUDY_TITLES.get(study), paper_caption=False)
     if parent["tags"].get("profile") == "tiny" or synthetic_data(runs):
         lines += ["This invocation used the made-up corpus (`data.name=synth`) and shrunken models: absolute PPL and "
                   "BLEU say nothing about WMT14; the direction and size of each row's difference from the base do "
