@@ -448,3 +448,17 @@ def test_a_column_of_labels_stays_inside_the_plot():
     crowded = label_heights([82.0] * 19 + [35.0], 3.5, 35.0)
     assert crowded[0] == 82.0 and crowded[-1] == pytest.approx(35.0) and min(crowded) >= 35.0 - 1e-9
     assert all(a - b == pytest.approx((82.0 - 35.0) / 19) for a, b in zip(crowded, crowded[1:]))
+
+
+def test_a_study_without_a_base_row_tells_each_rows_settings_against_its_first_row():
+    import pandas as pd
+
+    from harness.report.rows import changes, settings_reference
+    post = {"model.norm_position": "post", "train.no_warmup": "False", "model.n_layers": "6"}
+    table = pd.DataFrame({"row": ["post6", "post6_nowarmup", "pre24"],
+                          "_params": [post, post | {"train.no_warmup": "True"},
+                                      post | {"model.norm_position": "pre", "model.n_layers": "24"}]})
+    assert settings_reference(table) == "post6"
+    assert changes(table, {}) == ["", "no_warmup=True", "n_layers=24, norm_position=pre"]
+    with_base = pd.concat([table, pd.DataFrame({"row": ["base"], "_params": [table["_params"][2]]})])
+    assert settings_reference(with_base) == "base" and changes(with_base, {})[2] == ""

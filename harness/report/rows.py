@@ -96,13 +96,19 @@ def paired_delta(runs: pd.DataFrame, row: str, key: str, ref: str = "base") -> t
     return mean, mean - low
 
 
+def settings_reference(table: pd.DataFrame) -> str:
+    """The row every other row's settings are told against: the base, or in a study without one (depth.yaml) its
+    first row."""
+    return "base" if (table["row"] == "base").any() else str(table["row"].iloc[0])
+
+
 def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
     """Model/train/data params a row changes against the base beyond the printed columns (e.g. row E's
     positional=learned, modern rows' norm or ffn, the D rows' smaller training set in the tiny profile), so
     rows that print alike can be told apart."""
-    base = table.loc[table["row"] == "base", "_params"]
-    if base.empty:
-        return [""] * len(table)
+    if table.empty:
+        return []
+    base = table.loc[table["row"] == settings_reference(table), "_params"]
     base, shown = base.iloc[0], set(shown_columns.values()) | _PER_SEED
 
     def implied(k: str, params: dict) -> bool:
@@ -200,7 +206,7 @@ def rows_figure(study: str, table: pd.DataFrame, title: str | None = None,
 def row_lines(table: pd.DataFrame, diag: dict) -> list[str]:
     """The rows table: seeds, dev PPL and both BLEUs over seeds, params, deltas against the base, notes."""
     head = ["row", "seeds", "dev PPL", "BLEU sacre", "BLEU tok", "params (M)", "Δ PPL", "Δ BLEU tok",
-            "changes against base; notes"]
+            f"changes against {settings_reference(table) if len(table) else 'base'}; notes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.to_dict("records"):
         seeds, figures, notes = row_cells(r, diag)
@@ -288,10 +294,12 @@ def write_rows(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]
     if averaged:
         lines += [f"Each row is scored on the mean of its last {' or '.join(map(str, averaged))} checkpoints "
                   "(`train.average_last`).", ""]
+    ref = settings_reference(table) if len(table) else "base"
     lines += ["Means ± the half-width of their 95 % Student-t interval over the seeds that FINISHED (no interval "
               "from one seed); `seeds` = finished / run. Δ columns are paired by seed: the mean of (row - base) over "
               "the seeds both finished, ± its own 95 % half-width. The last column names every setting a row "
-              "changes against the base (from each trial's params).", ""]
+              f"changes against {'the base' if ref == 'base' else ref + ', the first row (the study has no base)'}, "
+              "read from each trial's params.", ""]
     lines += row_lines(table, row_diagnostics(runs, uri))
     extra, extra_plots = measurement_sections(runs, rows, uri, out_dir, study)
     tail = [*divergence_section(runs, rows), *architecture_section(runs, rows), *extra,
