@@ -15,6 +15,7 @@ import yaml
 
 from harness.overrides import parse_sets
 from harness.report.common import departure_lines
+from harness.report.evidence import read_evidence
 from harness.report.registration import registration
 from harness.study.departures import departures
 from harness.study.kinds import load_study
@@ -185,9 +186,8 @@ def verdict_counts_in_notes(notes: str) -> list[tuple[str, dict, dict]]:
         rest = line.split(link.group(0), 1)[1]
         stated = {k: int(m.group(1)) for k in COUNTS
                   if (m := re.search(rf"(\d+) {k}", rest))}
-        given = re.search(r"checked on these runs: (\d+) hold, (\d+) contradicted, (\d+) inconclusive",
-                          (ROOT / link.group(1)).read_text())
-        counts = dict(zip(COUNTS, map(int, given.groups()))) if given else {}
+        verdicts = list(read_evidence((ROOT / link.group(1)).read_text()).verdicts.values())
+        counts = {k: verdicts.count("holds" if k == "hold" else k) for k in COUNTS}
         found.append((link.group(1), stated, counts))
     return found
 

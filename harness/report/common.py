@@ -329,6 +329,11 @@ def diverged_seeds(g: pd.DataFrame) -> tuple[int, int]:
     return int((flags == 1).sum()), len(flags)
 
 
+def all_diverged(counts: tuple[int, int]) -> bool:
+    """diverged_seeds' counts say every seed that trained with train.stop_diverged diverged (and some did)."""
+    return counts[1] > 0 and counts[0] == counts[1]
+
+
 def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
     """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: ("rule", step it
     stopped at, best step) or ("budget", steps, best step); [] where the rule was off."""
@@ -451,7 +456,7 @@ def _diverged_why(c: dict, diag: dict[str, dict]) -> str:
     claim = c.get("claim")
     rows = [r for side in (getattr(claim, "a", None), getattr(claim, "b", None))
             for r in ([side] if isinstance(side, str) else side or [])]
-    gone = [r for r in dict.fromkeys(rows) if (k := diag.get(r, {}).get("diverged", (0, 0)))[1] and k[0] == k[1]]
+    gone = [r for r in dict.fromkeys(rows) if all_diverged(diag.get(r, {}).get("diverged", (0, 0)))]
     if not gone:
         return ""
     return (f"; {' and '.join(gone)} stopped as diverged in every seed and {'is' if len(gone) == 1 else 'are'} "
@@ -535,8 +540,8 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
         if moved:
             notes.append(f"{'it rests on ' if rests else ''}departures from the paper that change how its rows "
                          f"compare: {'; '.join(moved)}")
-    gone = [diag.get(r, {}).get("diverged", (0, 0)) for r in rows]
-    if c["n"] >= 2 and c["verdict"] == "inconclusive" and gone and all(k == n > 0 for k, n in gone):
+    if c["n"] >= 2 and c["verdict"] == "inconclusive" and rows and all(
+            all_diverged(diag.get(r, {}).get("diverged", (0, 0))) for r in rows):
         notes.append("both rows are scored as their start, the same initialisation on both sides: the runs cannot "
                      "order them")
     elif c["n"] >= 2 and c["verdict"] == "inconclusive":
@@ -795,7 +800,7 @@ def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: 
         style = series_style(j)
         for i, (_, run) in enumerate(seeds.iterrows()):
             ok = run["status"] == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
-            gone = pd.to_numeric(pd.Series([run.get("metrics.diverged")]), errors="coerce").iloc[0] == 1
+            gone = run.get("metrics.diverged") == 1        # a metric: a float, NaN where not logged
             for ax, key in zip(axes, ("train_loss", "dev_ppl")):
                 hist = tracking.metric_history(uri, run["run_id"], key)
                 if hist and key == "dev_ppl" and gone:

@@ -16,6 +16,7 @@ from harness.report import claims
 from harness.report.common import (
     _PER_SEED,
     METRICS,
+    all_diverged,
     architecture_section,
     claims_section,
     column,
@@ -230,7 +231,7 @@ def row_cells(r: dict, diag: dict) -> tuple[str, list[str], str]:
 
 def diverged_rows(runs: pd.DataFrame, rows: list[str]) -> set[str]:
     """The rows every finished seed of which stopped as diverged (train.stop_diverged)."""
-    return {row for row in rows if (counts := diverged_seeds(finished(runs, row)))[1] and counts[0] == counts[1]}
+    return {row for row in rows if all_diverged(diverged_seeds(finished(runs, row)))}
 
 
 def divergence_section(runs: pd.DataFrame, rows: list[str]) -> list[str]:
