@@ -258,6 +258,9 @@ def test_table2_paper_and_ours(reports):
     assert base.endswith("| stopped by the rule in every seed, at steps 800/800 (best 600/600) |")
     assert "- wall time 2.00 h over 2 invocations (the last 321 s)" in text
     assert f"- CPU time of the trials: {2 * 3360 / 3600:.2f} CPU-hours" in text
+    # big_enfr ran without the rule: neither stopped by it nor at its budget
+    assert ("- the stopping rule: 2 of 3 finished trials stopped by it (67 %), 1 hit the budget; 1 of 2 rows "
+            "stopped by it in every seed") in text
     assert line(text, "| **base_enfr** |").endswith("| hit the budget of 800 steps while improving |")
     assert "rule" not in line(text, "| **big_enfr** |") and "budget" not in line(text, "| **big_enfr** |")
     big = line(text, "| **big** |")

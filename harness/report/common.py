@@ -244,6 +244,7 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
     if cpu is not None:
         lines.append(f"- CPU time of the trials: {cpu / 3600:.2f} CPU-hours (each trial's wall time, across its "
                      "interruptions, times its threads)")
+    lines += stopping_summary(runs)
     if signatures:
         lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
     lines.append("")
@@ -346,6 +347,27 @@ def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
         how = "rule" if r["metrics.stopped_by_rule"] >= 0.5 else "budget"
         out.append((how, int(r.get("metrics.steps", 0)), int(r.get("metrics.best_step", 0))))
     return out
+
+
+def stopping_summary(runs: pd.DataFrame) -> list[str]:
+    """The provenance line of a study under the patience rule: how many finished trials the rule stopped and how
+    many hit the budget (a diverged run is neither), and how many rows it stopped in every seed ([]: rule off)."""
+    if "metrics.stopped_by_rule" not in runs:
+        return []
+    done = runs[(runs["status"] == "FINISHED") & runs["metrics.stopped_by_rule"].notna()]
+    if "metrics.diverged" in done:
+        gone = done["metrics.diverged"].fillna(0) >= 0.5
+        done, diverged = done[~gone], int(gone.sum())
+    else:
+        diverged = 0
+    if done.empty:
+        return []
+    by_rule = done["metrics.stopped_by_rule"] >= 0.5
+    rows = by_rule.groupby(done["tags.row"].astype(str)).all()
+    return [f"- the stopping rule: {int(by_rule.sum())} of {len(done)} finished trials stopped by it "
+            f"({100 * by_rule.mean():.0f} %), {int((~by_rule).sum())} hit the budget"
+            + (f", {diverged} diverged" if diverged else "")
+            + f"; {int(rows.sum())} of {len(rows)} rows stopped by it in every seed"]
 
 
 def stopping_notes(runs: pd.DataFrame) -> dict[str, str]:
