@@ -203,3 +203,12 @@ def test_the_notes_state_each_reports_verdict_counts_as_the_report_gives_them():
     stale = "| Table 3 | [reports/table3.md](../reports/table3.md) | 140 claims (**99 hold**, 41 contradicted) |"
     [(_, stated, given)] = verdict_counts_in_notes(stale)
     assert stated == {"hold": 99, "contradicted": 41} and given["hold"] != 99 and set(given) == set(COUNTS)
+
+
+def test_the_committed_index_is_what_the_committed_reports_give():
+    """reports/README.md is generated from the reports beside it: a report regenerated (or its index code
+    changed) without the index written again fails here."""
+    from harness.report.writers import index_text
+    committed = (ROOT / "reports" / "README.md").read_text(encoding="utf-8")
+    assert committed == index_text(ROOT / "reports"), "reports/README.md is stale: python -c 'from pathlib " \
+        "import Path; from harness.report.writers import write_index; write_index(Path(\"reports\"))'"

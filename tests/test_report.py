@@ -218,14 +218,26 @@ def test_markdown_provenance_and_index(table3):
 
 
 def test_the_index_gives_each_report_its_cost():
-    """The index line of a report gives the wall time of every invocation that made it and the trials'
-    CPU-hours, read from the report's own provenance lines."""
+    """The index line of a report gives the wall time of every invocation that made it, the trials'
+    CPU-hours and how many trials the patience rule stopped, read from the report's own provenance lines."""
     from harness.report.writers import _cost
     resumed = ("- wall time 2.69 h over 4 invocations (the last 2032 s), Ray + MLflow overhead\n"
                "- CPU time of the trials: 4.82 CPU-hours (each trial's wall time, across its interruptions)\n")
     assert _cost(resumed) == "2.69 h wall over 4 invocations, 4.82 CPU-hours · "
+    ruled = resumed + ("- the stopping rule: 57 of 60 finished trials stopped by it (95 %), 3 hit the budget; "
+                       "18 of 20 rows stopped by it in every seed\n")
+    assert _cost(ruled) == "2.69 h wall over 4 invocations, 4.82 CPU-hours, 57 of 60 trials stopped by the rule · "
     assert _cost("- wall time 5521 s, Ray + MLflow overhead share 0.4 %") == "1.53 h wall · "
     assert _cost("- wall time 1565 s, Ray") == "26.1 min wall · " and _cost("no provenance") == ""
+
+
+def test_the_index_headline_counts_in_the_singular_and_the_plural():
+    from harness.report.evidence import Evidence
+    from harness.report.writers import _headline
+    one = Evidence(verdicts={"a": "inconclusive"}, seeds={"base": 1})
+    assert _headline(one) == "**1 claim: 1 inconclusive; 1 row, 1 finished seed a row** · "
+    two = Evidence(verdicts={"a": "holds", "b": "not run"}, seeds={"base": 3, "big": 2})
+    assert _headline(two) == "**2 claims: 1 hold, 1 not run; 2 rows, 2 to 3 finished seeds a row** · "
 
 
 def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_path):
