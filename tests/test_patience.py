@@ -170,3 +170,16 @@ def test_a_run_cut_while_finishing_keeps_the_splits_it_scored(tmp_path, data_cfg
     (run / "final_eval" / "test.json").write_text("{cut mid-write")
     third = train(MODEL, cfg, data_cfg, run, quiet=True, dataset=dataset)
     assert calls == ["dev", "test"] and third["dev_bleu"] == first["dev_bleu"]
+
+
+def test_the_report_header_counts_the_trials_the_rule_stopped_apart_from_budget_and_diverged_ones():
+    import pandas as pd
+
+    from harness.report.common import stopping_summary
+    runs = pd.DataFrame({"status": ["FINISHED", "FINISHED", "FINISHED", "FINISHED", "RUNNING", "FINISHED"],
+                         "tags.row": ["base", "base", "big", "big", "big", "deep"],
+                         "metrics.stopped_by_rule": [1.0, 1.0, 1.0, 0.0, float("nan"), 0.0],
+                         "metrics.diverged": [0.0, float("nan"), 0.0, 0.0, float("nan"), 1.0]})
+    assert stopping_summary(runs) == ["- the stopping rule: 3 of 4 finished trials stopped by it (75 %), 1 hit the "
+                                      "budget, 1 diverged; 1 of 2 rows stopped by it in every seed"]
+    assert stopping_summary(runs.drop(columns="metrics.stopped_by_rule")) == []       # the rule off
