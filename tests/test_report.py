@@ -415,3 +415,17 @@ def test_a_plot_the_new_report_does_not_draw_is_removed_with_it(tmp_path):
     write_files("s", tmp_path, ["# s", "![s_figure](s_figure.png)"], table, [tmp_path / "s_curves.png"])
     assert {p.name for p in tmp_path.glob("*.png")} == {"s_curves.png", "s_figure.png", "other.png"}
     assert "![s_curves](s_curves.png)" in (tmp_path / "s.md").read_text()
+
+
+def test_the_knobs_plot_is_titled_by_its_study_and_profile_not_by_its_last_panel(tmp_path, monkeypatch):
+    import harness.report.table3 as t3
+    figs = []
+    monkeypatch.setattr(t3, "save_png", lambda fig, path: figs.append(fig) or path)
+    table = pd.DataFrame({"row": ["base", "C4", "C5", "D3", "D4"], "status": ["FINISHED"] * 5,
+                          "d_model": [64, 32, 128, 64, 64], "eps_ls": [0.1, 0.1, 0.1, 0.0, 0.2],
+                          "bleu_tok_mean": [30.0, 25.0, 32.0, 29.0, 29.5], "bleu_tok_std": [0.5] * 5,
+                          "ppl_mean": [6.0, 7.5, 5.5, 5.8, 6.3], "ppl_std": [0.1] * 5})
+    t3.plot_knobs("table3", table, tmp_path / "knobs.png", "table3 (multi30k profile)")
+    fig = figs[0]
+    assert fig._suptitle.get_text().startswith("table3 (multi30k profile): one knob at a time")
+    assert {ax.get_title() for ax in fig.axes} >= {"width (C4, C5)", "label smoothing (D3, D4)"}   # each panel's

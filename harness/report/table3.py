@@ -120,13 +120,13 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = 
     """One column of panels per Table 3 knob group present (BLEU above, PPL below), ours on the left axis
     and the paper's on a right axis: their scales differ, their slopes are what compare."""
     present = set(table["row"])
-    groups = [(title, [r for r in (reference(rows[0], present), *rows) if r in present], col)
-              for title, rows, col in KNOBS if present & set(rows)]
+    groups = [(name, [r for r in (reference(rows[0], present), *rows) if r in present], col)
+              for name, rows, col in KNOBS if present & set(rows)]
     if not groups:   # no knob rows (e.g. `--rows base,E`): bars per row
         return plot_rows(study, table, path, title)
     fig = Figure(figsize=(3 * len(groups), 5.5), layout="constrained")
     axes = fig.subplots(2, len(groups), squeeze=False)
-    for j, (title, rows, col) in enumerate(groups):
+    for j, (group, rows, col) in enumerate(groups):
         sub = table.set_index("row").loc[rows].sort_values(col)
         x = range(len(sub))
         labels = [(f"{col}={v:g}\n{r}" if pd.notna(v) else r) + ("" if s == "FINISHED" else f"\n{s}")
@@ -144,7 +144,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = 
             ax.tick_params(axis="y", labelsize=7)
             if j == 0:
                 ax.set_ylabel(f"{label} (ours, ●)", fontsize=8)
-        axes[0, j].set_title(title, fontsize=9)
+        axes[0, j].set_title(group, fontsize=9)
     fig.suptitle(f"{title or study}: one knob at a time (paper on the right axis, □)", fontsize=10)
     return save_png(fig, path)
 
