@@ -340,3 +340,32 @@ def fake_wmt_fr(root: Path, dev_plain: bool = True) -> Path:
     write(root / "test-full/newstest2014-fren-src.en.sgm", sgm("srcset", ["Tom &amp; Jerry", "x &lt; y", "Yes"]))
     write(root / "test-full/newstest2014-fren-ref.fr.sgm", sgm("refset", ["Tom &amp; Jerry", "x &lt; y", "Oui"]))
     return root
+
+
+def record_figures(monkeypatch) -> list:
+    """Every figure a report writer saves from here on, as (file name, figure), saved as usual: save_png
+    patched in each harness.report module that imports it."""
+    import importlib
+    import pkgutil
+
+    import harness.report
+    from harness.report.common import save_png
+    drawn = []
+
+    def keep(fig, path):
+        drawn.append((Path(path).name, fig))
+        return save_png(fig, path)
+    for mod in pkgutil.iter_modules(harness.report.__path__):
+        module = importlib.import_module(f"harness.report.{mod.name}")
+        if hasattr(module, "save_png"):
+            monkeypatch.setattr(module, "save_png", keep)
+    return drawn
+
+
+def assert_titled_by_study(drawn: list) -> None:
+    """Each figure names its study (the file name's stem before the first _) in its title or a panel's."""
+    assert drawn
+    for name, fig in drawn:
+        titles = [fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes]
+        study = name.split("_")[0]
+        assert any(study in t for t in titles), f"{name}: no title names {study}: {titles}"

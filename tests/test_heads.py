@@ -25,7 +25,7 @@ from harness.eval.heads import (
 )
 from harness.eval.relations import relations
 from model import build_model
-from tests.helpers import small
+from tests.helpers import assert_titled_by_study, record_figures, small
 
 # "the dogs that the cat sees bark near the house ." : an object relative clause between subject and verb
 TREE = ("(S (NP (NP (DT the) (NNS dogs)) (SBAR (WHNP (WDT that)) (S (NP (DT the) (NN cat)) (VP (VBZ sees)))))"
@@ -189,8 +189,10 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
                          "metrics.heads_prunable_enc": [metrics["heads_prunable_enc"]],
                          "metrics.heads_prunable_all": [metrics["heads_prunable_all"]]})
     (tmp_path / "report").mkdir()
+    drawn = record_figures(monkeypatch)
     lines, plots = report.heads_section(runs, "sqlite:///unused", tmp_path / "report", "heads",
                                         "train.heads_sentences")
+    assert_titled_by_study(drawn)
     assert lines[0].startswith("## Attention heads") and all(p.is_file() for p in plots)
     assert any(line.startswith("| verb → its subject |") for line in lines)
     assert sum(line.startswith("| L") for line in lines) == 8                # the encoder's 2 x 4 heads

@@ -13,6 +13,7 @@ from harness.probes.inference import flat_metrics, kv_formula, measure, model_co
 from harness.probes.inference_spec import InferenceSpec
 from harness.study.kinds import load_study
 from harness.trial import Trial
+from tests.helpers import assert_titled_by_study, record_figures
 
 SMALL = dict(preset="cpu_d128", width=0.25, depth=0.5, vocab_size=60, batches=(1, 2), src_lens=(3, 5),
              new_tokens=3, repeats=1, warmup=0, threads=1, device="cpu")
@@ -83,7 +84,7 @@ def test_probe_inference_prints_each_point(capsys):
     assert set(out) == {"encdec_mqa", "prefix_mqa"} and len(out["prefix_mqa"]["points"]) == 6
 
 
-def test_the_report_tables_every_point_and_draws_its_plots(tmp_path):
+def test_the_report_tables_every_point_and_draws_its_plots(tmp_path, monkeypatch):
     from harness.report.writers import write_report
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
@@ -122,7 +123,9 @@ def test_the_report_tables_every_point_and_draws_its_plots(tmp_path):
         )
         client.set_terminated(run, "FINISHED")
     client.set_terminated(parent, "FINISHED")
+    drawn = record_figures(monkeypatch)
     paths = write_report("inference", tmp_path / "reports", uri)
+    assert_titled_by_study(drawn)
     text = (tmp_path / "reports" / "inference.md").read_text()
     assert "| **prefix_mha** | 1,500,000 | 8 | 64 | 50,000 | 125 | 6.4 | 3 | 6,144 | 6,144 | 6,144 | 6,144 |" in text
     assert "decoder-only (PrefixLM)" in text and "encoder-decoder" in text

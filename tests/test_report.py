@@ -13,6 +13,7 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.errors import UserError
 from harness.paper import load_tables
 from harness.report.writers import report_all, write_report
+from tests.helpers import assert_titled_by_study, record_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SHA = "0123abcd4567ef"
@@ -429,3 +430,12 @@ def test_the_knobs_plot_is_titled_by_its_study_and_profile_not_by_its_last_panel
     fig = figs[0]
     assert fig._suptitle.get_text().startswith("table3 (multi30k profile): one knob at a time")
     assert {ax.get_title() for ax in fig.axes} >= {"width (C4, C5)", "label smoothing (D3, D4)"}   # each panel's
+
+
+def test_every_table3_and_rows_plot_is_titled_by_its_study(store, tmp_path, monkeypatch):
+    uri, ids = store
+    drawn = record_figures(monkeypatch)
+    for study in ids:
+        write_report(study, tmp_path, uri)
+    assert {name for name, _ in drawn} >= {"table3_knobs.png", "modern_rows.png"}
+    assert_titled_by_study(drawn)

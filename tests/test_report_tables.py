@@ -14,7 +14,7 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.paper import load_tables, table1_columns
 from harness.probes.cost import training_costs
 from harness.report.writers import write_report
-from tests.helpers import SHA, T0, finish, start, trial
+from tests.helpers import SHA, T0, assert_titled_by_study, finish, record_figures, start, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NS, DS, PATH_NS = [128, 256, 512, 1024, 2048], [64, 128, 256, 512, 1024], [9, 16, 17]
@@ -130,11 +130,17 @@ def log_table4(client):
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    """One store, one report directory: every table written into it (creating a sqlite schema takes seconds)."""
+def report_store(tmp_path_factory):
+    """One store with every table's runs (creating a sqlite schema takes seconds): its URI and parent run ids."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
     client = MlflowClient(uri)
-    ids = {"table1": log_table1(client), "table2": log_table2(client), "table4": log_table4(client)}
+    return uri, {"table1": log_table1(client), "table2": log_table2(client), "table4": log_table4(client)}
+
+
+@pytest.fixture(scope="module")
+def reports(report_store, tmp_path_factory):
+    """One report directory: every table written into it from the module's store."""
+    uri, ids = report_store
     out = tmp_path_factory.mktemp("reports")
     paths = {study: write_report(study, out, uri) for study in ids}
     return out, paths, ids
@@ -465,3 +471,13 @@ def test_a_study_without_a_base_row_tells_each_rows_settings_against_its_first_r
     assert changes(table, {}) == ["", "no_warmup=True", "n_layers=24, norm_position=pre"]
     with_base = pd.concat([table, pd.DataFrame({"row": ["base"], "_params": [table["_params"][2]]})])
     assert settings_reference(with_base) == "base" and changes(with_base, {})[2] == ""
+
+
+def test_every_plot_is_titled_by_its_study(report_store, tmp_path, monkeypatch):
+    """Each figure a report draws names its study (and profile) in its title or a panel's title (issue 44: a
+    plot without its study's name cannot be told apart once copied out of its report)."""
+    uri, ids = report_store
+    drawn = record_figures(monkeypatch)
+    for study in ids:
+        write_report(study, tmp_path, uri)
+    assert_titled_by_study(drawn)

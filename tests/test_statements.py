@@ -9,6 +9,7 @@ import pytest
 
 from harness.probes.statement_spec import StatementSpec
 from harness.probes.statements import crossing, measure, offset_fit, position_table
+from tests.helpers import assert_titled_by_study, record_figures
 
 
 def test_crossing_is_interpolated_on_logs_and_flagged_outside_the_grid():
@@ -60,7 +61,7 @@ def test_bad_statement_settings_are_refused():
         StatementSpec(measure="multi_head", d_model=30, heads=8).validate()
 
 
-def test_the_report_draws_each_section_its_plots_and_claims(tmp_path):
+def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatch):
     """Every row of the study, shrunk by the kind's smoke, seeds 0 and 1, through the trial function Ray Tune runs;
     then the report from that store."""
     from pathlib import Path
@@ -80,7 +81,9 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path):
         small, _ = KINDS["statement"].smoke(trial, tmp_path)
         run_trial(small.to_dict(), ctx, KINDS["statement"])
     tracking.end_parent(parent, "FINISHED", {}, {})
+    drawn = record_figures(monkeypatch)
     paths = write_report("statements", tmp_path / "reports", uri)
+    assert_titled_by_study(drawn)
     text = (tmp_path / "reports" / "statements.md").read_text()
     for heading in ("## §4: where self-attention", "## §3.2.2", "## §3.2.1", "## §3.5", "## Claims"):
         assert heading in text, heading

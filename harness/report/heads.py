@@ -86,13 +86,13 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads", title: str |
               for h, m in list(zip(f["heads"], f["maps"]))[:2 if k == "fig3" else None]]
     if panels:
         fig = Figure(figsize=(3.4 * len(panels), 3.6), layout="constrained")
-        for ax, (title, words, m) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        for ax, (name, words, m) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
             top = max(max(row) for row in m)          # each panel to its own largest probability (its colour bar)
             image = ax.imshow(m, cmap="Blues", vmin=0, vmax=top)
             fig.colorbar(image, ax=ax, shrink=0.7)
             ax.set_xticks(range(len(words)), words, rotation=90, fontsize=6)
             ax.set_yticks(range(len(words)), words, fontsize=6)
-            ax.set_title(title, fontsize=8)
+            ax.set_title(name, fontsize=8)
         save(fig, "heatmaps")
     return paths
 
