@@ -100,6 +100,9 @@ BAD = {
     "duplicate_row": ("  C5: {d_model: 1024, d_k: 128, d_v: 128}\n",
                       "  C5: {d_model: 1024, d_k: 128, d_v: 128}\n  C5: {d_model: 768, d_k: 96, d_v: 96}\n",
                       "the key 'C5' appears twice in one mapping (line 27 and line 28)"),
+    # PyYAML's message spreads the problem, its place and its context over lines: one sentence names all three
+    "yaml_syntax": ("version: 1", "version: [1", "is not valid YAML: expected ',' or ']', but got ':' at line 8, "
+                    "column 6 (while parsing a flow sequence)."),
 }
 
 
@@ -354,6 +357,13 @@ def test_malformed_study_is_one_sentence_exit_2_and_nothing_started(case, tmp_pa
     assert code == 2 and len(err.splitlines()) == 1, err
     assert needle in err and str(bad) in err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_study_file_that_is_not_utf8_is_one_sentence(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes((ROOT / "studies" / "table3.yaml").read_bytes().replace(b"# ", "# é".encode("latin-1"), 1))
+    assert main(["run", str(bad), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {bad} is not UTF-8 text; save the study file as UTF-8."
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -125,15 +125,33 @@ class StudyFile:
         return self.chk.path
 
 
+def _read_yaml(path: Path):
+    """A study file's YAML, or one sentence saying what is wrong with its text (not UTF-8, not YAML, a key twice)."""
+    try:
+        return load_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; save the study file as UTF-8.") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{path} is not valid YAML: {_yaml_problem(err)}.") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's problem with its line and column ("expected ',' or ']', but got '<stream end>' at line 2, column
+    1 (while parsing a flow sequence)"), where str(err) spreads them over several lines."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if not problem:
+        return str(err).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None and "line" not in problem else ""
+    context = getattr(err, "context", None)
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
 def read_study_file(path: str | Path, kinds) -> StudyFile:
     """The YAML file, its top-level keys, name, version, table, seeds, max_failures and kind (one of `kinds`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"{path} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
+    raw = _read_yaml(path)
     chk = Checker(path)
     raw = chk.mapping(raw, "top level")
     chk.keys(raw, "", TOP_KEYS)
@@ -280,10 +298,7 @@ def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) 
         chk.fail(f"{where}.include", f"{ref!r} includes itself.")
     if not target.is_file():
         chk.fail(f"{where}.include", f"{file} does not exist next to {chk.path.name}.")
-    try:
-        other = load_yaml(target.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"{target} is not valid UTF-8 YAML ({str(err).splitlines()[0]}).") from None
+    other = _read_yaml(target)
     sub = Checker(target)
     profiles = sub.mapping(sub.mapping(other, "top level").get("profiles"), "profiles")
     if name not in profiles:
