@@ -573,25 +573,25 @@ def _study_path(name: str) -> Path:
 def _cmd_list(args) -> int:
     """What the harness holds, one line each: studies, a study's profiles or rows, claims, --set settings."""
 
-    from harness.io import load_yaml
     from harness.study.kinds import load_study
+    from harness.study.spec import read_yaml_file
     what = args.what
     if what in ("profiles", "rows") and not args.study:
         raise UserError(f"`list {what}` names a study: e.g. `python -m harness list {what} table3`.")
     if what == "studies":
         for path in _study_files():
-            raw = load_yaml(path.read_text(encoding="utf-8"))
+            raw = read_yaml_file(path)
             print(f"{path.stem:<16} kind {raw.get('kind', 'train'):<9} table {raw.get('table') or '-':<8} "
                   f"profiles: {', '.join(raw.get('profiles', {}))}")
     elif what == "profiles":
-        raw = load_yaml(_study_path(args.study).read_text(encoding="utf-8"))
+        raw = read_yaml_file(_study_path(args.study))
         for name in raw.get("profiles", {}):
             study = load_study(_study_path(args.study), name)
             needs = ", ".join(k for k, v in study.requires.items() if v) or "nothing"
             print(f"{name:<12} {len(study.rows):>3} rows, seeds {','.join(map(str, study.seeds))}, "
                   f"{len(study.trials)} trials; needs {needs}")
     elif what == "rows":
-        raw = load_yaml(_study_path(args.study).read_text(encoding="utf-8"))
+        raw = read_yaml_file(_study_path(args.study))
         study = load_study(_study_path(args.study), args.profile)
         print(f"{study.name}, profile {study.profile} (each row is an override of the base):")
         for row in study.rows:

@@ -102,7 +102,7 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"the key {key!r} appears twice in one mapping (line {seen[key] + 1} and line "
-                f"{key_node.start_mark.line + 1})", key_node.start_mark)
+                f"{key_node.start_mark.line + 1})", None)              # no mark: the message names both lines
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 

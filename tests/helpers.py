@@ -228,7 +228,8 @@ def start(client, study: str, rows: str) -> tuple[str, str]:
 def trial(client, exp, parent, i, row, seed, kind, status, params, metrics, tags=None, reason=None):
     from mlflow.entities import Metric, Param
     tags = {"kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": str(seed), "trial_kind": kind,
-            "trial_key": f"{row}-s{seed}", **(tags or {}), **({"failure_reason": reason} if reason else {})}
+            "trial_key": f"{row}-s{seed}", "profile": "tiny", **(tags or {}),
+            **({"failure_reason": reason} if reason else {})}
     run = client.create_run(exp, start_time=T0 + 1000 * (i + 1), tags=tags).info.run_id
     client.log_batch(run, params=[Param(k, str(v)) for k, v in params.items()],
                      metrics=[m if isinstance(m, Metric) else Metric(m[0], float(m[1]), 0, m[2]) for m in metrics])
@@ -362,10 +363,11 @@ def record_figures(monkeypatch) -> list:
     return drawn
 
 
-def assert_titled_by_study(drawn: list) -> None:
-    """Each figure names its study (the file name's stem before the first _) in its title or a panel's."""
+def assert_titled_by_study(drawn: list, studies, profile: str = "tiny") -> None:
+    """Each figure's title (its suptitle, else its first panel's) names its study and profile as plot_title writes
+    them, "STUDY (PROFILE profile)"; a figure belongs to the longest of `studies` its file name starts with."""
     assert drawn
     for name, fig in drawn:
-        titles = [fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes]
-        study = name.split("_")[0]
-        assert any(study in t for t in titles), f"{name}: no title names {study}: {titles}"
+        study = max((s for s in studies if name.startswith(f"{s}_")), key=len)
+        title = fig.get_suptitle() or fig.axes[0].get_title()
+        assert f"{study} ({profile} profile)" in title, f"{name}: its title {title!r} does not name {study}, {profile}"

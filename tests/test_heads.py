@@ -185,6 +185,7 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     from harness.report import heads as report
     monkeypatch.setattr(report.tracking, "artifact_json", lambda uri, run_id, name: payload)
     runs = pd.DataFrame({"run_id": ["r0"], "status": ["FINISHED"], "tags.seed": ["0"], "tags.row": ["base"],
+                         "tags.profile": ["tiny"],
                          "metrics.heads_sentences": [16.0], "metrics.heads_base_nll": [metrics["heads_base_nll"]],
                          "metrics.heads_prunable_enc": [metrics["heads_prunable_enc"]],
                          "metrics.heads_prunable_all": [metrics["heads_prunable_all"]]})
@@ -192,7 +193,9 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     drawn = record_figures(monkeypatch)
     lines, plots = report.heads_section(runs, "sqlite:///unused", tmp_path / "report", "heads",
                                         "train.heads_sentences")
-    assert_titled_by_study(drawn)
+    assert_titled_by_study(drawn, ["heads"])
+    assert {name for name, _ in drawn} == {f"heads_{k}.png" for k in ("figure3", "figure4", "figure5", "heatmaps",
+                                                                       "ablation")}
     assert lines[0].startswith("## Attention heads") and all(p.is_file() for p in plots)
     assert any(line.startswith("| verb → its subject |") for line in lines)
     assert sum(line.startswith("| L") for line in lines) == 8                # the encoder's 2 x 4 heads

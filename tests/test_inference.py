@@ -95,7 +95,8 @@ def test_the_report_tables_every_point_and_draws_its_plots(tmp_path, monkeypatch
     client.log_batch(parent, params=[Param("rows", "encdec_mha,prefix_mha"), Param("seeds", "0")])
     for row, family, per_token in (("encdec_mha", "transformer", 3072), ("prefix_mha", "decoder_only", 6144)):
         run = client.create_run(exp, tags={"kind": "trial", "mlflow.parentRunId": parent, "row": row, "seed": "0",
-                                           "trial_kind": "inference", "trial_key": f"{row}-s0"}).info.run_id
+                                           "trial_kind": "inference", "trial_key": f"{row}-s0",
+                                           "profile": "tiny"}).info.run_id
         settings = {"family": family, "d_model": "128", "n_heads": "8", "n_kv_heads": "8", "d_k": "16", "d_v": "16",
                     "n_layers": "6" if family == "decoder_only" else "3", "n_enc_layers": "3", "n_dec_layers": "3",
                     "max_len": "1024", "positional": "sinusoid", "norm": "layer", "norm_position": "post",
@@ -125,7 +126,8 @@ def test_the_report_tables_every_point_and_draws_its_plots(tmp_path, monkeypatch
     client.set_terminated(parent, "FINISHED")
     drawn = record_figures(monkeypatch)
     paths = write_report("inference", tmp_path / "reports", uri)
-    assert_titled_by_study(drawn)
+    assert_titled_by_study(drawn, ["inference"])
+    assert {name for name, _ in drawn} == {"inference_decode.png", "inference_ttft.png"}
     text = (tmp_path / "reports" / "inference.md").read_text()
     assert "| **prefix_mha** | 1,500,000 | 8 | 64 | 50,000 | 125 | 6.4 | 3 | 6,144 | 6,144 | 6,144 | 6,144 |" in text
     assert "decoder-only (PrefixLM)" in text and "encoder-decoder" in text

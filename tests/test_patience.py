@@ -176,10 +176,36 @@ def test_the_report_header_counts_the_trials_the_rule_stopped_apart_from_budget_
     import pandas as pd
 
     from harness.report.common import stopping_summary
-    runs = pd.DataFrame({"status": ["FINISHED", "FINISHED", "FINISHED", "FINISHED", "RUNNING", "FINISHED"],
-                         "tags.row": ["base", "base", "big", "big", "big", "deep"],
-                         "metrics.stopped_by_rule": [1.0, 1.0, 1.0, 0.0, float("nan"), 0.0],
-                         "metrics.diverged": [0.0, float("nan"), 0.0, 0.0, float("nan"), 1.0]})
-    assert stopping_summary(runs) == ["- the stopping rule: 3 of 4 finished trials stopped by it (75 %), 1 hit the "
-                                      "budget, 1 diverged; 1 of 2 rows stopped by it in every seed"]
+    nan = float("nan")
+    runs = pd.DataFrame({"status": ["FINISHED"] * 4 + ["RUNNING"] + ["FINISHED"] * 2,
+                         "tags.row": ["base", "base", "big", "big", "big", "deep", "deep"],
+                         "metrics.stopped_by_rule": [1.0, 1.0, 1.0, 0.0, nan, 0.0, 1.0],
+                         "metrics.hit_budget": [0.0, 0.0, 0.0, 1.0, nan, 0.0, 0.0],
+                         "metrics.diverged": [0.0, nan, 0.0, 0.0, nan, 1.0, 0.0]})
+    # deep: one seed stopped by the rule, one diverged, so not every seed; 4 / 6 = 66.67 % reads 66.6, never 66.7
+    assert stopping_summary(runs) == ["- the patience rule stopped 4 of the 6 finished trials that trained under it "
+                                      "(66.6 %); 1 hit the step budget, 1 diverged; it stopped every seed of 1 of 3 "
+                                      "rows"]
+    timed = pd.DataFrame({"status": ["FINISHED"], "tags.row": ["base"], "metrics.stopped_by_rule": [0.0],
+                          "metrics.hit_budget": [0.0]})                  # train.max_minutes stopped it first
+    assert stopping_summary(timed) == ["- the patience rule stopped 0 of the 1 finished trial that trained under it "
+                                       "(0 %); 0 hit the step budget, 1 stopped otherwise (a time limit); it stopped "
+                                       "every seed of 0 of 1 row"]
+    gone = runs[runs["tags.row"] == "deep"].assign(**{"metrics.diverged": [1.0, 1.0]})
+    assert stopping_summary(gone) == ["- the patience rule stopped 0 of the 2 finished trials that trained under it "
+                                      "(0 %); 0 hit the step budget, 2 diverged; it stopped every seed of 0 of 1 row"]
+    assert stopping_summary(runs[runs["status"] == "RUNNING"]) == []                 # nothing finished yet
     assert stopping_summary(runs.drop(columns="metrics.stopped_by_rule")) == []       # the rule off
+
+
+def test_a_row_stopped_by_its_time_limit_says_so_rather_than_blaming_the_budget():
+    import pandas as pd
+
+    from harness.report.common import stopping_notes
+    runs = pd.DataFrame({"status": ["FINISHED"] * 3, "tags.row": ["base", "base", "big"], "tags.seed": ["0", "1", "0"],
+                         "metrics.stopped_by_rule": [0.0, 0.0, 0.0], "metrics.hit_budget": [0.0, 1.0, 0.0],
+                         "metrics.steps": [700.0, 1000.0, 400.0], "metrics.best_step": [700.0, 900.0, 300.0]})
+    notes = stopping_notes(runs)
+    assert notes["base"] == ("seed 0: stopped by its time limit at step 700 (best 700); seed 1: hit the budget of 1000 "
+                             "steps (best 900)")
+    assert notes["big"] == "stopped by its time limit at step 400 (best 300)"

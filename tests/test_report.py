@@ -225,9 +225,11 @@ def test_the_index_gives_each_report_its_cost():
     resumed = ("- wall time 2.69 h over 4 invocations (the last 2032 s), Ray + MLflow overhead\n"
                "- CPU time of the trials: 4.82 CPU-hours (each trial's wall time, across its interruptions)\n")
     assert _cost(resumed) == "2.69 h wall over 4 invocations, 4.82 CPU-hours · "
-    ruled = resumed + ("- the stopping rule: 57 of 60 finished trials stopped by it (95 %), 3 hit the budget; "
-                       "18 of 20 rows stopped by it in every seed\n")
-    assert _cost(ruled) == "2.69 h wall over 4 invocations, 4.82 CPU-hours, 57 of 60 trials stopped by the rule · "
+    ruled = resumed + ("- the patience rule stopped 57 of the 60 finished trials that trained under it (95 %); 3 "
+                       "hit the step budget; it stopped every seed of 18 of 20 rows\n")
+    assert _cost(ruled) == "2.69 h wall over 4 invocations, 4.82 CPU-hours, 57 of 60 stopped by the patience rule · "
+    one = "- the patience rule stopped 1 of the 1 finished trial that trained under it (100 %)"
+    assert _cost(one) == "1 of 1 stopped by the patience rule · "
     assert _cost("- wall time 5521 s, Ray + MLflow overhead share 0.4 %") == "1.53 h wall · "
     assert _cost("- wall time 1565 s, Ray") == "26.1 min wall · " and _cost("no provenance") == ""
 
@@ -438,4 +440,4 @@ def test_every_table3_and_rows_plot_is_titled_by_its_study(store, tmp_path, monk
     for study in ids:
         write_report(study, tmp_path, uri)
     assert {name for name, _ in drawn} >= {"table3_knobs.png", "modern_rows.png"}
-    assert_titled_by_study(drawn)
+    assert_titled_by_study(drawn, list(ids))

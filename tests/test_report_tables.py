@@ -98,7 +98,7 @@ def log_table2(client):
             # (big_enfr ran without the rule and says nothing of it).
             rule = {"base": (1.0, 600), "base_enfr": (0.0, 800)}.get(row)
             if rule:
-                ms += [("stopped_by_rule", rule[0], 800), ("best_step", rule[1], 800)]
+                ms += [("stopped_by_rule", rule[0], 800), ("hit_budget", 1 - rule[0], 800), ("best_step", rule[1], 800)]
         trial(client, exp, parent, i, row, seed, "train", status, params, ms,
               {"device": "cpu", "sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"},
               reason=None if status == "FINISHED" else T2_FAILURE)
@@ -265,8 +265,8 @@ def test_table2_paper_and_ours(reports):
     assert "- wall time 2.00 h over 2 invocations (the last 321 s)" in text
     assert f"- CPU time of the trials: {2 * 3360 / 3600:.2f} CPU-hours" in text
     # big_enfr ran without the rule: neither stopped by it nor at its budget
-    assert ("- the stopping rule: 2 of 3 finished trials stopped by it (67 %), 1 hit the budget; 1 of 2 rows "
-            "stopped by it in every seed") in text
+    assert ("- the patience rule stopped 2 of the 3 finished trials that trained under it (66.6 %); 1 hit the step "
+            "budget; it stopped every seed of 1 of 2 rows") in text
     assert line(text, "| **base_enfr** |").endswith("| hit the budget of 800 steps while improving |")
     assert "rule" not in line(text, "| **big_enfr** |") and "budget" not in line(text, "| **big_enfr** |")
     big = line(text, "| **big** |")
@@ -480,4 +480,24 @@ def test_every_plot_is_titled_by_its_study(report_store, tmp_path, monkeypatch):
     drawn = record_figures(monkeypatch)
     for study in ids:
         write_report(study, tmp_path, uri)
-    assert_titled_by_study(drawn)
+    assert_titled_by_study(drawn, list(ids))
+    assert {name for name, _ in drawn} == {f"{study}_{k}.png" for study in ids for k in EXPECTED[study]}
+
+
+def test_labels_that_would_overlap_are_moved_apart():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from harness.report.common import separate_labels
+    fig = Figure(figsize=(5, 4))
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    points = [(1.1e21, 41.16, "GNMT + RL Ensemble"), (1.2e21, 41.29, "ConvS2S Ensemble"), (1e19, 30.0, "alone")]
+    ax.plot([c for c, _, _ in points], [b for _, b, _ in points], "o")
+    labels = [ax.annotate(n, (c, b), textcoords="offset points", xytext=(4, 2)) for c, b, n in points]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    assert labels[0].get_window_extent(renderer).overlaps(labels[1].get_window_extent(renderer))
+    separate_labels(fig, labels)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    assert not boxes[0].overlaps(boxes[1]) and labels[2].xyann == (4, 2)     # the lone label stays where it was

@@ -83,7 +83,8 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatc
     tracking.end_parent(parent, "FINISHED", {}, {})
     drawn = record_figures(monkeypatch)
     paths = write_report("statements", tmp_path / "reports", uri)
-    assert_titled_by_study(drawn)
+    assert_titled_by_study(drawn, ["statements"])
+    assert {name for name, _ in drawn} == {"statements_crossover.png", "statements_offsets.png"}
     text = (tmp_path / "reports" / "statements.md").read_text()
     for heading in ("## §4: where self-attention", "## §3.2.2", "## §3.2.1", "## §3.5", "## Claims"):
         assert heading in text, heading

@@ -102,7 +102,7 @@ BAD = {
                       "the key 'C5' appears twice in one mapping (line 27 and line 28)"),
     # PyYAML's message spreads the problem, its place and its context over lines: one sentence names all three
     "yaml_syntax": ("version: 1", "version: [1", "is not valid YAML: expected ',' or ']', but got ':' at line 8, "
-                    "column 6 (while parsing a flow sequence)."),
+                    "column 6 (while parsing a flow sequence begun at line 7, column 10)."),
 }
 
 

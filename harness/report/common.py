@@ -126,6 +126,24 @@ def save_png(fig: Figure, path: Path) -> Path:
     return path
 
 
+def separate_labels(fig: Figure, labels: list, tries: int = 6) -> None:
+    """Move each annotation (offset in points from its point) down, a line at a time, until its box overlaps no
+    label placed before it, left to right; the layout is drawn first so that boxes are where savefig puts them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    placed = []
+    for label in sorted(labels, key=lambda t: t.get_window_extent(renderer).x0):
+        box = label.get_window_extent(renderer)
+        for _ in range(tries):
+            if not any(box.overlaps(b) for b in placed):
+                break
+            x, y = label.xyann
+            label.xyann = (x, y - box.height * 72 / fig.dpi)
+            box = label.get_window_extent(renderer)
+        placed.append(box)
+
+
 def num(x, fmt: str = "{:.2f}") -> str:
     return "–" if pd.isna(x) else fmt.format(x)
 
@@ -337,37 +355,53 @@ def all_diverged(counts: tuple[int, int]) -> bool:
 
 def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
     """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: ("rule", step it
-    stopped at, best step) or ("budget", steps, best step); [] where the rule was off."""
+    stopped at, best step), ("budget", steps, best step) or ("time", ...) for a run train.max_minutes stopped
+    first; [] where the rule was off."""
     if "metrics.stopped_by_rule" not in g:
         return []
     out = []
     for _, r in g.sort_values("tags.seed", key=lambda x: x.astype(str)).iterrows():
         if pd.isna(r["metrics.stopped_by_rule"]):
             continue
-        how = "rule" if r["metrics.stopped_by_rule"] >= 0.5 else "budget"
+        budget = r.get("metrics.hit_budget")
+        how = ("rule" if r["metrics.stopped_by_rule"] >= 0.5 else
+               "budget" if pd.isna(budget) or budget >= 0.5 else "time")      # no hit_budget logged: the budget
         out.append((how, int(r.get("metrics.steps", 0)), int(r.get("metrics.best_step", 0))))
     return out
 
 
+def _flag(done: pd.DataFrame, metric: str) -> pd.Series:
+    """A 1.0 / 0.0 metric as booleans (False where a run did not log it)."""
+    col = f"metrics.{metric}"
+    return done[col].fillna(0) >= 0.5 if col in done else pd.Series(False, index=done.index)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def stopping_summary(runs: pd.DataFrame) -> list[str]:
-    """The provenance line of a study under the patience rule: how many finished trials the rule stopped and how
-    many hit the budget (a diverged run is neither), and how many rows it stopped in every seed ([]: rule off)."""
+    """The provenance line of a study under the patience rule ([]: no finished trial trained under it): of the
+    finished trials that did, how many the rule stopped (the share rounded down, so 89.96 % never reads as 90), how
+    many hit the step budget, diverged or stopped otherwise (train.max_minutes), and of the rows how many it stopped
+    in every finished seed (a diverged seed is one it did not stop)."""
     if "metrics.stopped_by_rule" not in runs:
         return []
     done = runs[(runs["status"] == "FINISHED") & runs["metrics.stopped_by_rule"].notna()]
-    if "metrics.diverged" in done:
-        gone = done["metrics.diverged"].fillna(0) >= 0.5
-        done, diverged = done[~gone], int(gone.sum())
-    else:
-        diverged = 0
     if done.empty:
         return []
-    by_rule = done["metrics.stopped_by_rule"] >= 0.5
-    rows = by_rule.groupby(done["tags.row"].astype(str)).all()
-    return [f"- the stopping rule: {int(by_rule.sum())} of {len(done)} finished trials stopped by it "
-            f"({100 * by_rule.mean():.0f} %), {int((~by_rule).sum())} hit the budget"
-            + (f", {diverged} diverged" if diverged else "")
-            + f"; {int(rows.sum())} of {len(rows)} rows stopped by it in every seed"]
+    diverged = _flag(done, "diverged")
+    rule = _flag(done, "stopped_by_rule") & ~diverged
+    budget = _flag(done, "hit_budget") & ~diverged & ~rule
+    other = len(done) - int(rule.sum() + budget.sum() + diverged.sum())
+    rows = rule.groupby(done["tags.row"].astype(str)).all()
+    share = math.floor(1000 * rule.sum() / len(done)) / 10
+    tail = [f"{int(budget.sum())} hit the step budget",
+            *([f"{int(diverged.sum())} diverged"] if diverged.any() else []),
+            *([f"{other} stopped otherwise (a time limit)"] if other else [])]
+    return [f"- the patience rule stopped {int(rule.sum())} of the {_count(len(done), 'finished trial')} that trained "
+            f"under it ({share:g} %); {', '.join(tail)}; it stopped every seed of {int(rows.sum())} of "
+            f"{_count(len(rows), 'row')}"]
 
 
 def stopping_notes(runs: pd.DataFrame) -> dict[str, str]:
@@ -379,11 +413,13 @@ def stopping_notes(runs: pd.DataFrame) -> dict[str, str]:
 
 def stopping_note(row: str, diag: dict[str, dict]) -> str:
     """How the row's seeds ended under the patience rule: "stopped by the rule at step S (best B)" for each, or
-    "hit the budget of S steps while improving" (best at the last evaluation) or "... best at B" ("": rule off)."""
+    "hit the budget of S steps while improving" (best at the last evaluation) or "... best at B", or stopped by
+    its time limit ("": rule off)."""
     ends = diag.get(row, {}).get("rule") or []
     if not ends:
         return ""
     parts = [f"stopped by the rule at step {stop} (best {best})" if how == "rule" else
+             f"stopped by its time limit at step {stop} (best {best})" if how == "time" else
              f"hit the budget of {stop} steps while improving" if best == stop else
              f"hit the budget of {stop} steps (best {best})" for how, stop, best in ends]
     if len(set(how for how, _, _ in ends)) == 1 and len(ends) > 1:
@@ -391,6 +427,7 @@ def stopping_note(row: str, diag: dict[str, dict]) -> str:
         steps = "/".join(str(s) for _, s, _ in ends)
         bests = "/".join(str(b) for _, _, b in ends)
         return (f"stopped by the rule in every seed, at steps {steps} (best {bests})" if how == "rule" else
+                f"stopped by its time limit in every seed, at steps {steps} (best {bests})" if how == "time" else
                 f"hit the budget in every seed ({steps} steps; best {bests})")
     return "; ".join(f"seed {i}: {p}" for i, p in enumerate(parts)) if len(parts) > 1 else parts[0]
 

@@ -61,13 +61,13 @@ def _headline(ev: Evidence) -> str:
     if ev.seeds:
         lo, hi = min(ev.seeds.values()), max(ev.seeds.values())
         parts.append(f"{len(ev.seeds)} row{'s' * (len(ev.seeds) > 1)}, {lo if lo == hi else f'{lo} to {hi}'} "
-                     f"finished seed{'s' * (hi > 1)} a row")
+                     f"finished seed{'s' * (hi != 1)} a row")
     return "**" + "; ".join(parts) + "** · " if parts else ""
 
 
 _WALL = re.compile(r"^- wall time (\d+(?:\.\d+)?) (s|h)( over \d+ invocations)?", re.M)
 _CPU_HOURS = re.compile(r"^- CPU time of the trials: (\d+(?:\.\d+)?) CPU-hours", re.M)
-_RULE = re.compile(r"^- the stopping rule: (\d+) of (\d+) finished trials stopped by it", re.M)
+_RULE = re.compile(r"^- the patience rule stopped (\d+) of the (\d+) finished trials? that trained under it", re.M)
 
 
 def _cost(text: str) -> str:
@@ -81,7 +81,7 @@ def _cost(text: str) -> str:
     if m := _CPU_HOURS.search(text):
         parts.append(f"{float(m[1]):.2f} CPU-hours")
     if m := _RULE.search(text):
-        parts.append(f"{m[1]} of {m[2]} trials stopped by the rule")
+        parts.append(f"{m[1]} of {m[2]} stopped by the patience rule")
     return ", ".join(parts) + " · " if parts else ""
 
 

@@ -125,7 +125,7 @@ class StudyFile:
         return self.chk.path
 
 
-def _read_yaml(path: Path):
+def read_yaml_file(path: Path):
     """A study file's YAML, or one sentence saying what is wrong with its text (not UTF-8, not YAML, a key twice)."""
     try:
         return load_yaml(path.read_text(encoding="utf-8"))
@@ -136,14 +136,15 @@ def _read_yaml(path: Path):
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
-    """PyYAML's problem with its line and column ("expected ',' or ']', but got '<stream end>' at line 2, column
-    1 (while parsing a flow sequence)"), where str(err) spreads them over several lines."""
+    """PyYAML's problem, where, and what it was parsing, on one line ("expected ',' or ']', but got ':' at line 8,
+    column 6 (while parsing a flow sequence begun at line 7, column 10)"): str(err) spreads them over lines."""
     problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
-    if not problem:
-        return str(err).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None and "line" not in problem else ""
-    context = getattr(err, "context", None)
-    return f"{problem}{where}" + (f" ({context})" if context else "")
+    if not problem:                                  # a ReaderError (a control character): its own words, joined
+        return " ".join(str(err).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context, began = getattr(err, "context", None), getattr(err, "context_mark", None)
+    since = f" begun at line {began.line + 1}, column {began.column + 1}" if began is not None else ""
+    return f"{problem}{where}" + (f" ({context}{since})" if context else "")
 
 
 def read_study_file(path: str | Path, kinds) -> StudyFile:
@@ -151,7 +152,7 @@ def read_study_file(path: str | Path, kinds) -> StudyFile:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
-    raw = _read_yaml(path)
+    raw = read_yaml_file(path)
     chk = Checker(path)
     raw = chk.mapping(raw, "top level")
     chk.keys(raw, "", TOP_KEYS)
@@ -298,7 +299,7 @@ def included(chk: Checker, prof: dict, where: str, seen: tuple[Path, ...] = ()) 
         chk.fail(f"{where}.include", f"{ref!r} includes itself.")
     if not target.is_file():
         chk.fail(f"{where}.include", f"{file} does not exist next to {chk.path.name}.")
-    other = _read_yaml(target)
+    other = read_yaml_file(target)
     sub = Checker(target)
     profiles = sub.mapping(sub.mapping(other, "top level").get("profiles"), "profiles")
     if name not in profiles:
