@@ -18,7 +18,7 @@ from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summ
 from harness.report import claims
 from harness.report.rivals import at_budget
 from harness.report.writers import write_report
-from tests.helpers import finish, start, trial
+from tests.helpers import assert_titled_by_study, finish, record_figures, start, trial
 
 TINY = DataConfig(lexicon_scale=0.05, max_depth=2, max_words=12)      # table2.yaml's tiny corpus settings
 
@@ -178,7 +178,7 @@ def test_at_budget_interpolates_in_log_flops_and_in_seconds():
     assert math.isnan(at_budget(curve, 1e9, 0)) and math.isnan(at_budget(curve, 1e13, 0))
 
 
-def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(tmp_path):
+def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(tmp_path, monkeypatch):
     """Three rows x three seeds, each with agreement metrics and a dev BLEU curve: the report's two sections read
     them (means with intervals, the equal-compute budget), and the four rival claims get computed verdicts."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -206,7 +206,9 @@ def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(t
                   {"model.d_model": 64, "train.seed": seed, "data.name": "synth"}, ms, {"device": "cpu"})
             i += 1
     finish(client, parent, 9, 0)
+    drawn = record_figures(monkeypatch)
     paths = write_report("table2", tmp_path / "reports", uri)
+    assert_titled_by_study(drawn, ["table2"])            # the measurements' plots too
     text = (tmp_path / "reports" / "table2.md").read_text(encoding="utf-8")
     assert {p.name for p in paths} >= {"table2_agreement.png", "table2_bleu_vs_compute.png"}
     agree = text.split("## Long-distance agreement (§4), by distance")[1].split("## ")[0]

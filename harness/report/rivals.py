@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from harness.report.claims import curves_by_seed, interval, sooner
-from harness.report.common import bracket_cell, finished, md_table, no_data, num, save_png
+from harness.report.common import bracket_cell, finished, md_table, no_data, num, plot_title, save_png
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
 
@@ -80,7 +80,9 @@ def plot_agreement(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[str,
                     label=f"{row} ({len(done)} seed{'s' * (len(done) != 1)})")
     ax.set_xticks(xs, [label for _, label in buckets])
     ax.set(xlabel="distance between the verb and the word it agrees with (target words)",
-           ylabel="contrastive accuracy (%)", title="agreement by distance (95 % intervals over seeds)")
+           ylabel="contrastive accuracy (%)",
+           title=f"{plot_title(path.stem.removesuffix('_agreement'), runs)}: agreement by distance (95 % "
+                 "intervals over seeds)")
     ax.legend(fontsize=8)
     return save_png(fig, path)
 
@@ -140,12 +142,15 @@ def compute_section(runs: pd.DataFrame, uri: str, order: list[str], path: Path,
         lines += [f"Marked on the plot (the claim trains_faster_than_rivals reads them): for each seed, where "
                   f"{sooner_rows[0]} first reached each rival's best dev BLEU (×) and where the rival reached it (○), "
                   "on both axes.", ""]
-    return lines, plot_compute(by_row, flops_budget, secs_budget, path, marks, sooner_rows[0] if marks else None)
+    return lines, plot_compute(by_row, flops_budget, secs_budget, path, marks, sooner_rows[0] if marks else None,
+                               plot_title(path.stem.removesuffix("_bleu_vs_compute"), runs))
 
 
 def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Path, marks: list = (),
-                 base: str | None = None) -> Path:
+                 base: str | None = None, title: str = "") -> Path:
     fig = Figure(figsize=(12, 4.5), layout="constrained")
+    if title:
+        fig.suptitle(title)
     axes = fig.subplots(1, 2)
     colour = {row: f"C{i % 10}" for i, row in enumerate(by_row)}
     for rival, axis, best, x_rival, x_base in marks:
