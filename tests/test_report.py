@@ -261,7 +261,7 @@ def test_other_study_rows_in_declared_order_without_paper_columns(store, tmp_pat
     assert sum(p.name == "README.md" for p in paths) == 1
 
 
-def test_a_named_invocation_is_reported_apart_and_never_replaces_the_profiles_own(tmp_path):
+def test_a_named_invocation_is_reported_apart_and_never_replaces_the_profiles_own(tmp_path, monkeypatch):
     """`run --name corpus2` (a --set variant of the tiny profile), run after the unnamed invocation: `report`
     writes reports/corpus2/table3.md from it and keeps reports/table3.md on the unnamed one; `report --name`
     writes only the named one; an unknown name is a UserError naming it."""
@@ -277,8 +277,11 @@ def test_a_named_invocation_is_reported_apart_and_never_replaces_the_profiles_ow
     named = pd.read_csv(out / "corpus2" / "table3.csv").set_index("row")
     assert main.loc["base", "ppl_mean"] == pytest.approx(11.0) and named.loc["base", "ppl_mean"] == pytest.approx(22.0)
     assert "[table3 (corpus2)](corpus2/table3.md)" in (out / "README.md").read_text()
+    drawn = record_figures(monkeypatch)
     only = report_all(tmp_path / "only", uri, studies=["table3"], variant="corpus2")
     assert not (tmp_path / "only" / "table3.md").exists() and (tmp_path / "only" / "corpus2" / "table3.md") in only
+    titles = {name: fig.get_suptitle() or fig.axes[0].get_title() for name, fig in drawn}
+    assert titles and all(t.startswith("table3 corpus2 (tiny profile)") for t in titles.values()), titles
     with pytest.raises(UserError, match="named corpus3"):
         write_report("table3", tmp_path / "none", uri, variant="corpus3")
 

@@ -64,6 +64,8 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
     if results["runs"].empty:
         raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
                         "yet; let it run or resume it with `python -m harness run ... --resume`.")
+    if variant:          # the trials carry no name of their own: plot_title reads it here
+        results["runs"] = results["runs"].assign(**{f"tags.{tracking.VARIANT_TAG}": variant})
     return results
 
 
@@ -800,9 +802,13 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
 # ------------------------------------------------------------------------------------------ plots
 
 def plot_title(study: str, runs: pd.DataFrame) -> str:
-    """A plot's title stem: the study and the profile its trials ran in."""
+    """A plot's title stem: the study, the invocation's name where it has one (`run --name`), and the profile its
+    trials ran in: "table3 corpus2 (tiny profile)"."""
     profiles = sorted(set(runs["tags.profile"].dropna().astype(str))) if "tags.profile" in runs else []
-    return f"{study} ({', '.join(profiles)} profile)" if profiles else study
+    names = sorted(set(runs[f"tags.{tracking.VARIANT_TAG}"].dropna().astype(str))) \
+        if f"tags.{tracking.VARIANT_TAG}" in runs else []
+    named = " ".join([study, *names])
+    return f"{named} ({', '.join(profiles)} profile)" if profiles else named
 
 
 # More series than colours: each block of ten rows gets its own line style and marker as well.
