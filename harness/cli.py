@@ -205,8 +205,20 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from harness.report.writers import report_all
-    paths = report_all(args.out, studies=[args.study] if args.study else None, profile=args.profile,
+    from harness.report.writers import compare_reports, report_all
+    studies = [args.study] if args.study else None
+    if args.check:                  # regenerate apart, compare, write nothing (neither args.out nor MLflow)
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = report_all(Path(tmp), studies=studies, profile=args.profile, variant=args.name, force=True,
+                               publish=False)
+            stale = compare_reports(Path(tmp), args.out, paths)
+        for line in stale:
+            print(line)
+        print(f"{len(stale)} file(s) under {args.out} differ from what the store and this code give now"
+              if stale else f"every report regenerated agrees with {args.out}, byte for byte")
+        return 1 if stale else 0
+    paths = report_all(args.out, studies=studies, profile=args.profile,
                        variant=args.name, replace=args.replace, force=args.force, say=print)
     for p in paths:
         print(p)
@@ -428,6 +440,9 @@ def _add_report(sub) -> None:
     rep.add_argument("--force", action="store_true",
                      help="replace a report even where it rests on more trials or seeds than this invocation "
                           "(implies --replace)")
+    rep.add_argument("--check", action="store_true",
+                     help="regenerate the reports in a temporary folder and compare them with those under --out, "
+                          "file by file; writes nothing; exit 1 where any differs (a committed report gone stale)")
     rep.set_defaults(func=_cmd_report)
 
 

@@ -444,3 +444,27 @@ def test_every_table3_and_rows_plot_is_titled_by_its_study(store, tmp_path, monk
         write_report(study, tmp_path, uri)
     assert {name for name, _ in drawn} >= {"table3_knobs.png", "modern_rows.png"}
     assert_titled_by_study(drawn, list(ids))
+
+
+def test_report_check_compares_a_regenerated_report_with_the_committed_one_and_writes_nothing(store, tmp_path,
+                                                                                             capsys, monkeypatch):
+    from harness.cli import main
+    uri, ids = store
+    out = tmp_path / "reports"
+    report_all(out, uri, studies=["table3"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    published = {a.path for a in client.list_artifacts(ids["table3"], "report")}
+    assert main(["report", "--study", "table3", "--out", str(out), "--check"]) == 0
+    assert "every report regenerated agrees with" in capsys.readouterr().out
+    md = out / "table3.md"
+    lines = md.read_text(encoding="utf-8").splitlines()
+    md.write_text("\n".join([*lines[:5], "a line edited by hand", *lines[6:]]) + "\n", encoding="utf-8")
+    (out / "table3_knobs.png").unlink()
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert main(["report", "--study", "table3", "--out", str(out), "--check"]) == 1
+    said = capsys.readouterr().out
+    assert f"{md}: differs from line 6 ({len(lines)} lines there, {len(lines)} regenerated)" in said
+    assert f"{out / 'table3_knobs.png'}: absent" in said and "2 file(s) under" in said
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before          # nothing written there
+    assert {a.path for a in client.list_artifacts(ids["table3"], "report")} == published    # nor to MLflow

@@ -166,11 +166,12 @@ def _short(change: str, most: int = 3) -> str:
 
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
                  profile: str | None = None, variant: str = "", replace: bool = True, force: bool = False,
-                 say: Callable[[str], None] | None = None) -> list[Path]:
+                 say: Callable[[str], None] | None = None, publish: bool = True) -> list[Path]:
     """Write <study>.md, <study>.csv, its PNGs and the refreshed README.md index; return their paths. The
     latest unnamed invocation, or the latest of name `variant` (`run --name`). replace False: refuse (UserError)
     to write over a report that another invocation made; force False: refuse to replace a report that rests on
-    more trials or seeds. say: told what changed against the report replaced (rows, seeds, verdicts)."""
+    more trials or seeds. say: told what changed against the report replaced (rows, seeds, verdicts). publish
+    False: the report is not also attached to the study's parent run in MLflow (`report --check` writes nothing)."""
     uri = uri or tracking.tracking_uri()
     results = load_results(study, uri, profile, variant)
     writer = writer_for(results["parent"], study)
@@ -190,14 +191,15 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
         say(f"{md}: " + ("; ".join(changed) if changed else "the same rows, seeds and verdicts as the report it "
                                                           "replaced"))
     # The same report on the study's parent run, so that the MLflow UI shows what the study reproduced.
-    tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
-                            pd.read_csv(csv))
+    if publish:
+        tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
+                                pd.read_csv(csv))
     return [*files, write_index(index_dir)]
 
 
 def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
                profile: str | None = None, variant: str | None = None, replace: bool = False, force: bool = False,
-               say: Callable[[str], None] | None = None) -> list[Path]:
+               say: Callable[[str], None] | None = None, publish: bool = True) -> list[Path]:
     """Reports for several studies (default: every study in the store), each of its latest unnamed
     invocation and of its latest invocation of every name (`run --name`; only `variant` where given);
     studies with no runs (of this profile) are skipped, and nothing at all to report is an error. Without
@@ -223,9 +225,30 @@ def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies:
             todo.append((study, name))
     paths: list[Path] = []
     for study, name in todo:
-        paths += write_report(study, out_dir, uri, profile, name, replace=True, force=True, say=say)
+        paths += write_report(study, out_dir, uri, profile, name, replace=True, force=True, say=say, publish=publish)
     if not paths:
         raise UserError(f"no study in {uri} has runs{f' with profile {profile}' if profile else ''}"
                         f"{f' named {variant}' if variant else ''}; "
                         "run `python -m harness run studies/NAME.yaml` first.")
     return list(dict.fromkeys(paths))   # the index is rewritten after each study: list it once
+
+
+def compare_reports(fresh: Path, committed: Path, paths: Iterable[Path]) -> list[str]:
+    """`report --check`: each file regenerated under `fresh` against the same file under `committed`, one line
+    each that differs ("differs: line 49 of 120 first", "differs (a PNG)", "absent there"); [] where all agree."""
+    out = []
+    for path in sorted(set(paths)):
+        rel = path.relative_to(fresh)
+        if rel.name == "README.md":           # the index lists what is in the folder, so a temporary one differs
+            continue
+        there = committed / rel
+        if not there.is_file():
+            out.append(f"{there}: absent (the regenerated report has it)")
+        elif there.read_bytes() != path.read_bytes():
+            if path.suffix in (".md", ".csv"):
+                new, old = path.read_text(encoding="utf-8").splitlines(), there.read_text(encoding="utf-8").splitlines()
+                first = next((i for i, (a, b) in enumerate(zip(new, old)) if a != b), min(len(new), len(old)))
+                out.append(f"{there}: differs from line {first + 1} ({len(old)} lines there, {len(new)} regenerated)")
+            else:
+                out.append(f"{there}: differs (its bytes)")
+    return out
