@@ -235,7 +235,8 @@ def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies:
 
 def compare_reports(fresh: Path, committed: Path, paths: Iterable[Path]) -> list[str]:
     """`report --check`: each file regenerated under `fresh` against the same file under `committed`, one line
-    each that differs ("differs: line 49 of 120 first", "differs (a PNG)", "absent there"); [] where all agree."""
+    each that differs ("differs from line 49 (150 lines there, 150 regenerated)", "differs (its bytes)", "absent
+    (the regenerated report has it)"); [] where all agree."""
     out = []
     for path in sorted(set(paths)):
         rel = path.relative_to(fresh)
