@@ -204,6 +204,27 @@ def _cmd_run(args) -> int:
     return run_study(StudyRequest.from_args(args))
 
 
+def _cmd_status(args) -> int:
+    """`status STUDY`: where the study's latest invocation of a profile stands, read from MLflow."""
+    from harness import overrides
+    from harness.study.kinds import load_study
+    from harness.study.status import render, study_status, to_json
+    from harness.tracking import require_store, study_snapshot, tracking_uri
+    study = load_study(_study_path(str(args.study)), args.profile,
+                       sets=overrides.parse_sets(args.set, overrides.RUN_SECTIONS))
+    uri = tracking_uri()
+    require_store(uri)
+    name = args.name or ""
+    snapshot = study_snapshot(uri, study.name, study.profile, name)
+    if snapshot is None:
+        raise UserError(f"the MLflow store {uri} holds no invocation of {study.path}, profile {study.profile}"
+                        f"{f', named {name}' if name else ''}; start one with `python -m harness run {study.path} "
+                        f"--profile {study.profile}{f' --name {name}' if name else ''}`.")
+    status = study_status(study, snapshot)
+    print(to_json(status) if args.json else render(status))
+    return 0
+
+
 def _cmd_report(args) -> int:
     from harness.report.writers import compare_reports, report_all
     studies = [args.study] if args.study else None
@@ -424,6 +445,20 @@ def _add_run(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="no live view of the study's progress")
     run.add_argument("--verbose", action="store_true", help="let Ray's and MLflow's own banners and INFO lines through")
     run.set_defaults(func=_cmd_run)
+
+
+def _add_status(sub) -> None:
+    """`status`: a study's progress, from any terminal."""
+    st = sub.add_parser("status", help="where a study's latest invocation stands: each trial's state, step, dev PPL "
+                                       "and best, the patience rule's count, how finished trials ended, the time "
+                                       "left and the command that continues it (read from MLflow)")
+    st.add_argument("study", help="the study (a name such as table3, or a file)")
+    st.add_argument("--profile", default=None, help="the profile (the study's default when left out)")
+    st.add_argument("--name", default=None, type=invocation_name, help="the invocation of this name (`run --name`)")
+    st.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="the --set the study ran with, so that its trials match (resources.* may be left out)")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    st.set_defaults(func=_cmd_status)
 
 
 def _add_report(sub) -> None:
@@ -722,7 +757,8 @@ def build_parser() -> argparse.ArgumentParser:
         version = "not installed"
     parser.add_argument("--version", action="version", version=f"attention-harness {version}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_data, _add_train, _add_run, _add_report, _add_evaluate, _add_probes, _add_bench, _add_list):
+    for add in (_add_data, _add_train, _add_run, _add_status, _add_report, _add_evaluate, _add_probes, _add_bench,
+                _add_list):
         add(sub)
     _show_defaults(parser)
     return parser

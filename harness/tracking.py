@@ -341,6 +341,34 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
             "runs": runs}
 
 
+def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dict | None:
+    """Where the latest invocation of a study's profile (of one name, `run --name`, or the unnamed ones) stands,
+    for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command', 'wall_seconds',
+    'last_beat_ms' (when its driver last logged its wall time; None: never)}, 'trials': {trial key: {'status',
+    'config_hash', 'metrics' (last values), 'step' (the last training step logged), 'dev_ppl' ([(step, PPL)]
+    in step order), 'start', 'end'}}}. None when the store has no such invocation."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(study)
+    parent = _latest_named(_parents(client, exp.experiment_id, profile), variant) if exp else None
+    if parent is None:
+        return None
+    beats = client.get_metric_history(parent.info.run_id, "invocation_wall_seconds")
+    trials = {}
+    for run in client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}"):
+        m, key = run.data.metrics, run.data.tags.get("trial_key", run.info.run_id)
+        losses = client.get_metric_history(run.info.run_id, "train_loss") if "train_loss" in m else []
+        dev = sorted((h.step, h.value) for h in client.get_metric_history(run.info.run_id, "dev_ppl")) \
+            if "dev_ppl" in m else []
+        trials[key] = {"status": run.info.status, "config_hash": run.data.tags.get("config_hash", ""),
+                       "metrics": dict(m), "step": max((h.step for h in losses), default=0), "dev_ppl": dev,
+                       "start": run.info.start_time, "end": run.info.end_time}
+    return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
+                       "version": parent.data.tags.get("version", ""), "command": parent.data.tags.get("command", ""),
+                       "wall_seconds": study_wall_seconds(uri, parent.info.run_id),
+                       "last_beat_ms": max((b.timestamp for b in beats), default=None)},
+            "trials": trials}
+
+
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
 

@@ -1,0 +1,163 @@
+"""`python -m harness status STUDY`: where a study's latest invocation stands, read back from MLflow, from any
+terminal and while it runs or after it stopped (a study that runs for hours in the background, with --quiet, or
+on a cluster): each trial's state, its step against its budget, its dev PPL now and its best, how many
+evaluations the patience rule has waited for a better one, how each finished trial ended; the study's wall time
+summed over its invocations, the finished trials' CPU-hours, whether its driver is alive, the time left, and the
+command that continues it.
+
+The trials are the study file's as `run` resolves them now (profile, --set), matched to the invocation's child
+runs by trial key; a child run whose configuration hash differs from its trial's ran other settings, and
+`--resume` would train it again."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from harness.study import progress
+from harness.study.kinds import KINDS
+from harness.study.spec import Study
+from harness.trial import Trial
+
+ALIVE_S = 180       # the driver logs its wall time once a minute (runner._Heartbeat): silent longer, it is gone
+
+
+def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
+    """One trial's line: its state, step, budget, dev PPL now and best, evaluations since the best against the
+    patience, and how it ended."""
+    budget = trial.train.steps if trial.train is not None else 1
+    patience = trial.train.patience if trial.train is not None else 0
+    out = {"trial": trial.key, "row": trial.row, "seed": trial.seed, "state": "pending", "step": 0,
+           "budget": budget, "dev_ppl": None, "best": None, "best_step": None, "since_best": None,
+           "patience": patience, "end": "", "ended": "", "minutes": None}
+    if seen is None:
+        return out
+    m, curve = seen["metrics"], seen["dev_ppl"]
+    state = seen["status"].lower()
+    if seen["config_hash"] and seen["config_hash"] != trial.config_hash:
+        state = "changed"
+    elif state == "running" and not driver_alive:
+        state = "stopped"         # its driver died without closing it (SIGKILL, a lost machine)
+    finished = state == "finished"
+    step = int(m.get("steps", seen["step"])) if finished else seen["step"]
+    out.update(state=state, step=step, minutes=m["train_seconds"] / 60 if "train_seconds" in m else None)
+    if curve:
+        points = [(s, v) for s, v in curve if s <= step or not finished]
+        best_step, best = min(points or curve, key=lambda p: (p[1], p[0]))
+        out.update(dev_ppl=points[-1][1] if points else None, best=best, best_step=best_step,
+                   since_best=sum(1 for s, _ in points if s > best_step))
+    if finished:            # its final figures: the scored (averaged) weights, and the rule's own best
+        out["dev_ppl"] = m.get("dev_ppl", out["dev_ppl"])
+        if "best_step" in m and "best_dev_ppl" in m:
+            out.update(best=m["best_dev_ppl"], best_step=int(m["best_step"]))
+        out["end"], out["ended"] = ending(m, step)
+    return out
+
+
+def ending(m: dict, step: int) -> tuple[str, str]:
+    """How a finished trial ended, from its final metrics (as the report reads them, harness/report/common.py):
+    (one of "diverged", "rule", "budget", "time limit", "fixed steps"; the words for it)."""
+    best = int(m.get("best_step", 0))
+    if m.get("diverged", 0) >= 0.5:
+        return "diverged", f"diverged at step {int(m.get('diverged_step', step))}"
+    if "stopped_by_rule" not in m:
+        return "fixed steps", f"ran its {step} steps (no patience rule)"
+    if m["stopped_by_rule"] >= 0.5:
+        return "rule", f"stopped by the rule at step {step} (best {best})"
+    if m.get("hit_budget", 1.0) >= 0.5:
+        return "budget", f"hit the budget of {step} steps " + ("while improving" if best == step else f"(best {best})")
+    return "time limit", f"stopped by its time limit at step {step} (best {best})"
+
+
+def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> dict:
+    """The status of `study`'s trials in `snapshot` (tracking.study_snapshot): a dict `render` prints and
+    --json dumps."""
+    parent = snapshot["parent"]
+    now_s = time.time() if now_s is None else now_s
+    beat = parent["last_beat_ms"]
+    alive = parent["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
+    lines = [trial_state(t, snapshot["trials"].get(t.key), alive) for t in study.trials]
+    count: dict[str, int] = {}
+    for line in lines:
+        count[line["state"]] = count.get(line["state"], 0) + 1
+    finished = [snapshot["trials"][t.key] for t, line in zip(study.trials, lines) if line["state"] == "finished"]
+    cpu = sum(f["metrics"].get("cpu_seconds", 0.0) for f in finished) / 3600
+    left = None
+    running = count.get("running", 0)
+    if alive and running:
+        kind = KINDS[study.kind]
+        per_step = {t.key: kind.estimated_flops(t) / max(1, t.train.steps if t.train else 1) for t in study.trials}
+        seen = {t.key: {"status": line["state"].upper(), "step": line["step"],
+                        "train_seconds": snapshot["trials"][t.key]["metrics"].get("train_seconds", 0.0),
+                        "start": snapshot["trials"][t.key]["start"], "end": snapshot["trials"][t.key]["end"]}
+                for t, line in zip(study.trials, lines) if t.key in snapshot["trials"]}
+        left = progress.time_left(study.trials, per_step, seen, running)
+    return {"study": study.name, "version": study.version, "profile": study.profile, "path": study.path,
+            "run_id": parent["run_id"], "parent_status": parent["status"], "ran_version": parent["version"],
+            "driver_alive": alive, "last_beat_s_ago": None if beat is None else max(0.0, now_s - beat / 1000),
+            "wall_hours": None if parent["wall_seconds"] is None else parent["wall_seconds"] / 3600,
+            "cpu_hours_finished": cpu, "counts": count, "seconds_left": left, "command": parent["command"],
+            "trials": lines}
+
+
+def resume_command(status: dict) -> str:
+    """The command that continues the invocation: the one that started it, with --resume."""
+    command = status["command"] or f"python -m harness run {status['path']} --profile {status['profile']}"
+    return command if " --resume" in command else f"{command} --resume"
+
+
+def _fmt(value, spec: str = ".2f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def _trial_cells(line: dict) -> list[str]:
+    waited = (f"{line['since_best']} of {line['patience']}" if line["patience"] else str(line["since_best"])) \
+        if line["since_best"] is not None and line["state"] != "finished" else "-"
+    best = f"{line['best']:.2f} ({line['best_step']})" if line["best"] is not None else "-"
+    return [line["trial"], line["state"], f"{line['step']} / {line['budget']}", _fmt(line["dev_ppl"]), best, waited,
+            _fmt(line["minutes"], ".0f"), line["ended"]]
+
+
+def render(status: dict) -> str:
+    """The status as the terminal shows it: a header, a table of trials and a closing line."""
+    head = [f"{status['study']} v{status['version']}, profile {status['profile']}: MLflow run {status['run_id']}"]
+    if status["ran_version"] and status["ran_version"] != str(status["version"]):
+        head.append(f"  (that invocation ran version {status['ran_version']} of {status['path']}; this file is "
+                    f"version {status['version']})")
+    header = ["trial", "state", "step / budget", "dev PPL", "best (step)", "evals since best", "train min", "ended"]
+    rows = [header] + [_trial_cells(line) for line in status["trials"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    table = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(status["counts"].items(), key=lambda kv: -kv[1]))
+    ends: dict[str, int] = {}
+    for line in status["trials"]:
+        if line["end"]:
+            ends[line["end"]] = ends.get(line["end"], 0) + 1
+    said = {"rule": "stopped by the rule", "budget": "at the budget", "time limit": "by the time limit",
+            "diverged": "diverged", "fixed steps": "ran fixed steps"}
+    tail = [f"{len(status['trials'])} trials: {counts}"
+            + (f"; of the finished, {', '.join(f'{n} {said[how]}' for how, n in ends.items())}" if ends else ""),
+            f"wall time over all invocations: {_fmt(status['wall_hours'])} h; CPU-hours of the finished trials: "
+            f"{status['cpu_hours_finished']:.2f}"]
+    tail.append(_liveness(status))
+    return "\n".join(head + table + tail)
+
+
+def _liveness(status: dict) -> str:
+    """Whether the driver runs, the time left, or what continues the study."""
+    unfinished = len(status["trials"]) - status["counts"].get("finished", 0)
+    if status["driver_alive"]:
+        left = status["seconds_left"]
+        return (f"running (its driver logged {status['last_beat_s_ago']:.0f} s ago)"
+                + (f"; about {left / 3600:.1f} h left at {status['counts'].get('running', 0)} trial(s) at a time"
+                   if left is not None else ""))
+    if not unfinished:
+        return "every trial finished: `python -m harness report --study " \
+               f"{status['study']} --profile {status['profile']}` writes its report"
+    why = {"RUNNING": "its driver stopped without closing the run (killed, or its machine lost)",
+           "KILLED": "interrupted"}.get(status["parent_status"], status["parent_status"].lower())
+    return f"not running ({why}); `{resume_command(status)}` continues it (trials resume from their checkpoints)"
+
+
+def to_json(status: dict) -> str:
+    return json.dumps(status, indent=1, default=str)

@@ -1,0 +1,142 @@
+"""`python -m harness status`: a study's progress read back from a hand-made MLflow store with the runner's
+schema (a parent run with its heartbeat, child runs finished, running, run under other settings, or absent)."""
+
+import time
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric, RunTag
+
+from harness.cli import main
+from harness.study.kinds import load_study
+from harness.study.status import render, study_status
+from harness.tracking import study_snapshot
+
+STUDY = """
+study: mini
+version: 1
+table: table3
+seeds: [0, 1]
+resources: {cpu: 1}
+base: {preset: cpu_d128}
+rows:
+  base: {}
+  A1: {n_heads: 1}
+  C1: {d_ff: 32}
+profiles:
+  tiny:
+    model: {d_model: 32, d_ff: 64, n_layers: 1, vocab_size: 300, max_len: 128}
+    train: {steps: 100, warmup: 2, max_tokens: 600, batch_tokens: 600, eval_every: 10, patience: 3}
+"""
+COMMAND = "python -m harness run mini.yaml --profile tiny --quiet"
+
+
+def _child(client, exp, parent, key, config_hash, status, metrics, dev, last_step):
+    run = client.create_run(exp, tags={"kind": "trial", "mlflow.parentRunId": parent, "trial_key": key,
+                                       "config_hash": config_hash}).info.run_id
+    now = int(time.time() * 1000)
+    rows = [Metric("train_loss", 3.0 - s / 100, now, s) for s in range(0, last_step + 1, 5)]
+    rows += [Metric("dev_ppl", v, now, s) for s, v in dev]
+    rows += [Metric(k, float(v), now + 1000, last_step) for k, v in metrics.items()]     # the final figures, last
+    client.log_batch(run, metrics=rows)
+    if status != "RUNNING":
+        client.set_terminated(run, status)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """The store of a study 3 rows x 2 seeds: base-s0 stopped by the rule, base-s1 at the budget, A1-s0 running
+    (two evaluations past its best), A1-s1 run under other settings, C1 not started; the driver beat just now."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mini.yaml").write_text(STUDY)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    study = load_study(tmp_path / "mini.yaml", "tiny")
+    hashes = {t.key: t.config_hash for t in study.trials}
+    client = MlflowClient(uri)
+    exp = client.create_experiment("mini")
+    parent = client.create_run(exp, tags={"kind": "study", "study": "mini", "version": "1", "profile": "tiny",
+                                          "command": COMMAND}).info.run_id
+    client.log_batch(parent, metrics=[Metric("invocation_wall_seconds", 1800.0, int(time.time() * 1000), 0)])
+    curve = [(10, 9.0), (20, 7.0), (30, 6.0), (40, 5.0), (50, 5.2), (60, 5.1), (70, 5.3)]
+    _child(client, exp, parent, "base-s0", hashes["base-s0"], "FINISHED",
+           {"steps": 70, "stopped_by_rule": 1, "hit_budget": 0, "best_step": 40, "best_dev_ppl": 5.0, "dev_ppl": 4.9,
+            "train_seconds": 600, "cpu_seconds": 1800}, curve, 70)
+    _child(client, exp, parent, "base-s1", hashes["base-s1"], "FINISHED",
+           {"steps": 100, "stopped_by_rule": 0, "hit_budget": 1, "best_step": 100, "best_dev_ppl": 4.0,
+            "dev_ppl": 3.9, "train_seconds": 900, "cpu_seconds": 1800}, [(s, 10 - s / 20) for s in range(10, 101, 10)],
+           100)
+    _child(client, exp, parent, "A1-s0", hashes["A1-s0"], "RUNNING", {"train_seconds": 300},
+           [(10, 8.0), (20, 6.5), (30, 6.0), (40, 6.2), (50, 6.1)], 55)
+    _child(client, exp, parent, "A1-s1", "not-this-one", "FINISHED", {"steps": 100}, [], 100)
+    return study, uri, client, parent
+
+
+def _line(status, key):
+    return next(t for t in status["trials"] if t["trial"] == key)
+
+
+def test_each_trial_says_where_it_stands_and_how_it_ended(store):
+    study, uri, _, _ = store
+    status = study_status(study, study_snapshot(uri, "mini", "tiny"))
+    stopped, budget, running = _line(status, "base-s0"), _line(status, "base-s1"), _line(status, "A1-s0")
+    assert (stopped["state"], stopped["step"], stopped["best"], stopped["best_step"]) == ("finished", 70, 5.0, 40)
+    assert stopped["dev_ppl"] == 4.9 and stopped["end"] == "rule"     # the scored (averaged) weights' figure
+    assert stopped["ended"] == "stopped by the rule at step 70 (best 40)"
+    assert budget["ended"] == "hit the budget of 100 steps while improving" and budget["end"] == "budget"
+    # the running trial: its last step, its last dev PPL, its best and the evaluations since it, of its patience 3
+    assert (running["state"], running["step"], running["dev_ppl"]) == ("running", 55, 6.1)
+    assert (running["best"], running["best_step"], running["since_best"], running["patience"]) == (6.0, 30, 2, 3)
+    assert _line(status, "A1-s1")["state"] == "changed"               # ran other settings: --resume reruns it
+    assert _line(status, "C1-s0")["state"] == _line(status, "C1-s1")["state"] == "pending"
+    assert status["counts"] == {"finished": 2, "running": 1, "changed": 1, "pending": 2}
+    assert status["driver_alive"] and status["wall_hours"] == pytest.approx(0.5)
+    assert status["cpu_hours_finished"] == pytest.approx(1.0)
+    assert status["seconds_left"] is not None and status["seconds_left"] > 0   # measured from A1-s0's own rate
+
+    text = render(status)
+    assert "mini v1, profile tiny" in text
+    a1 = next(line for line in text.splitlines() if line.startswith("A1-s0"))
+    assert "55 / 100" in a1 and "6.00 (30)" in a1 and "2 of 3" in a1
+    assert "6 trials: 2 finished, 2 pending, 1 running, 1 changed; of the finished, 1 stopped by the rule, 1 at " \
+           "the budget" in text
+    assert "running (its driver logged" in text and "h left at 1 trial(s) at a time" in text
+
+
+def test_a_driver_gone_quiet_leaves_its_running_trials_stopped_and_says_how_to_resume(store):
+    study, uri, client, parent = store
+    snapshot = study_snapshot(uri, "mini", "tiny")
+    status = study_status(study, snapshot, now_s=snapshot["parent"]["last_beat_ms"] / 1000 + 600)
+    assert not status["driver_alive"] and status["seconds_left"] is None
+    assert _line(status, "A1-s0")["state"] == "stopped"
+    assert render(status).splitlines()[-1] == (
+        "not running (its driver stopped without closing the run (killed, or its machine lost)); "
+        f"`{COMMAND} --resume` continues it (trials resume from their checkpoints)")
+    client.set_terminated(parent, "KILLED")
+    client.log_batch(parent, tags=[RunTag("command", COMMAND + " --resume")])
+    again = study_status(study, study_snapshot(uri, "mini", "tiny"))
+    assert not again["driver_alive"]
+    assert render(again).splitlines()[-1].startswith(f"not running (interrupted); `{COMMAND} --resume` continues")
+
+
+def test_status_command_prints_the_table_and_json(store, capsys):
+    assert main(["status", "mini.yaml", "--profile", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == ["trial", "state", "step", "/", "budget", "dev", "PPL", "best", "(step)",
+                                           "evals", "since", "best", "train", "min", "ended"]
+    assert "stopped by the rule at step 70 (best 40)" in out
+    assert main(["status", "mini.yaml", "--json"]) == 0
+    import json
+    data = json.loads(capsys.readouterr().out)
+    assert data["counts"]["finished"] == 2 and len(data["trials"]) == 6
+
+
+def test_status_of_a_study_never_run_or_without_a_store_is_one_sentence(store, capsys, tmp_path, monkeypatch):
+    assert main(["status", "mini.yaml", "--name", "other"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the MLflow store") and "named other" in err and "--name other" in err
+    assert len(err.splitlines()) == 1
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'none.db'}")
+    assert main(["status", "mini.yaml"]) == 2
+    assert "no MLflow store" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
