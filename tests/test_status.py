@@ -100,7 +100,8 @@ def test_each_trial_says_where_it_stands_and_how_it_ended(store):
     assert "55 / 100" in a1 and "6.00 (30)" in a1 and "2 of 3" in a1
     assert "6 trials: 2 finished, 2 pending, 1 running, 1 changed; of the finished, 1 stopped by the rule, 1 at " \
            "the budget" in text
-    assert "running (its driver logged" in text and "h left at 1 trial(s) at a time" in text
+    assert "running (its driver logged" in text
+    assert "; at most about " in text and "h left at 1 trial(s) at a time (every trial to its step budget; " in text
 
 
 def test_a_driver_gone_quiet_leaves_its_running_trials_stopped_and_says_how_to_resume(store):

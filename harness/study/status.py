@@ -148,8 +148,12 @@ def _liveness(status: dict) -> str:
     unfinished = len(status["trials"]) - status["counts"].get("finished", 0)
     if status["driver_alive"]:
         left = status["seconds_left"]
+        # Under the patience rule a trial may stop long before its budget: the estimate is then a ceiling.
+        ceiling = any(line["patience"] for line in status["trials"] if line["state"] != "finished")
         return (f"running (its driver logged {status['last_beat_s_ago']:.0f} s ago)"
-                + (f"; about {left / 3600:.1f} h left at {status['counts'].get('running', 0)} trial(s) at a time"
+                + (f"; {'at most ' if ceiling else ''}about {left / 3600:.1f} h left at "
+                   f"{status['counts'].get('running', 0)} trial(s) at a time"
+                   + (" (every trial to its step budget; the patience rule may stop them sooner)" if ceiling else "")
                    if left is not None else ""))
     if not unfinished:
         return "every trial finished: `python -m harness report --study " \
