@@ -137,7 +137,8 @@ def render(status: dict) -> str:
             "diverged": "diverged", "fixed steps": "ran fixed steps"}
     tail = [f"{len(status['trials'])} trials: {counts}"
             + (f"; of the finished, {', '.join(f'{n} {said[how]}' for how, n in ends.items())}" if ends else ""),
-            f"wall time over all invocations: {_fmt(status['wall_hours'])} h; CPU-hours of the finished trials: "
+            f"wall time over all invocations: {_fmt(status['wall_hours'], '.2f', 'not logged')}"
+            f"{' h' if status['wall_hours'] is not None else ''}; CPU-hours of the finished trials: "
             f"{status['cpu_hours_finished']:.2f}"]
     tail.append(_liveness(status))
     return "\n".join(head + table + tail)
