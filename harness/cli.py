@@ -208,8 +208,15 @@ def _cmd_status(args) -> int:
     """`status STUDY`: where the study's latest invocation of a profile stands, read from MLflow."""
     from harness import overrides
     from harness.study.kinds import load_study
-    from harness.study.status import render, study_status, to_json
-    from harness.tracking import require_store, study_snapshot, tracking_uri
+    from harness.study.status import overview, render, study_status, to_json
+    from harness.tracking import invocations, require_store, study_snapshot, tracking_uri
+    if args.study is None:
+        uri = tracking_uri()
+        require_store(uri)
+        entries = invocations(uri)
+        print(json.dumps(entries, indent=1) if args.json else
+              overview(entries) if entries else f"the MLflow store {uri} holds no study run yet")
+        return 0
     study = load_study(_study_path(str(args.study)), args.profile,
                        sets=overrides.parse_sets(args.set, overrides.RUN_SECTIONS))
     uri = tracking_uri()
@@ -452,7 +459,9 @@ def _add_status(sub) -> None:
     st = sub.add_parser("status", help="where a study's latest invocation stands: each trial's state, step, dev PPL "
                                        "and best, the patience rule's count, how finished trials ended, the time "
                                        "left and the command that continues it (read from MLflow)")
-    st.add_argument("study", help="the study (a name such as table3, or a file)")
+    st.add_argument("study", nargs="?", default=None,
+                    help="the study (a name such as table3, or a file); left out: one line for the latest "
+                         "invocation of every study, profile and name in the store")
     st.add_argument("--profile", default=None, help="the profile (the study's default when left out)")
     st.add_argument("--name", default=None, type=invocation_name, help="the invocation of this name (`run --name`)")
     st.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

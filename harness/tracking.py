@@ -369,6 +369,34 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
             "trials": trials}
 
 
+def invocations(uri: str) -> list[dict]:
+    """The latest invocation of every study, profile and name in the store, for `status` without a study: study,
+    profile, name, run_id, status, started (ms), study_file, rows and seeds (as run), last_beat_ms, and its child
+    runs counted by status. In study order, then by start."""
+    client = MlflowClient(uri)
+    out = []
+    for name in list_studies(uri):
+        exp = client.get_experiment_by_name(name)
+        seen = set()
+        for parent in _parents(client, exp.experiment_id, None):
+            tags = parent.data.tags
+            key = (tags.get("profile", ""), tags.get(VARIANT_TAG, ""))
+            if key in seen:
+                continue
+            seen.add(key)
+            counts: dict[str, int] = {}
+            for run in client.search_runs([exp.experiment_id],
+                                          f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}"):
+                counts[run.info.status] = counts.get(run.info.status, 0) + 1
+            beats = client.get_metric_history(parent.info.run_id, "invocation_wall_seconds")
+            out.append({"study": name, "profile": key[0], "name": key[1], "run_id": parent.info.run_id,
+                        "status": parent.info.status, "started": parent.info.start_time,
+                        "study_file": tags.get("study_file", ""), "rows": parent.data.params.get("rows", ""),
+                        "seeds": parent.data.params.get("seeds", ""), "children": counts,
+                        "last_beat_ms": max((b.timestamp for b in beats), default=None)})
+    return out
+
+
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
 

@@ -56,7 +56,7 @@ def store(tmp_path, monkeypatch):
     client = MlflowClient(uri)
     exp = client.create_experiment("mini")
     parent = client.create_run(exp, tags={"kind": "study", "study": "mini", "version": "1", "profile": "tiny",
-                                          "command": COMMAND}).info.run_id
+                                          "command": COMMAND, "study_file": "mini.yaml"}).info.run_id
     client.log_batch(parent, metrics=[Metric("invocation_wall_seconds", 1800.0, int(time.time() * 1000), 0)])
     curve = [(10, 9.0), (20, 7.0), (30, 6.0), (40, 5.0), (50, 5.2), (60, 5.1), (70, 5.3)]
     _child(client, exp, parent, "base-s0", hashes["base-s0"], "FINISHED",
@@ -141,3 +141,21 @@ def test_status_of_a_study_never_run_or_without_a_store_is_one_sentence(store, c
     assert main(["status", "mini.yaml"]) == 2
     assert "no MLflow store" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+def test_status_without_a_study_gives_one_line_an_invocation(store, capsys):
+    _, _, client, _ = store
+    exp = client.get_experiment_by_name("mini").experiment_id
+    named = client.create_run(exp, tags={"kind": "study", "study": "mini", "version": "1", "profile": "tiny",
+                                         "variant": "corpus2", "study_file": "mini.yaml"}).info.run_id
+    client.log_param(named, "rows", "base")
+    client.set_terminated(named, "KILLED")
+    assert main(["status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["study", "profile", "name", "state", "trials", "started"]
+    cells = {tuple(line.split()[:3]): line for line in lines[1:3]}
+    # the overview counts child runs as the store holds them (A1-s1, run under other settings, among them)
+    assert " ".join(cells[("mini", "tiny", "-")].split()[3:8]) == "running 3 of 6 finished,"
+    assert "1 running" in cells[("mini", "tiny", "-")]
+    assert " ".join(cells[("mini", "tiny", "corpus2")].split()[3:7]) == "interrupted 0 of 2"   # one row, two seeds
+    assert lines[-1].startswith("`python -m harness status STUDY")

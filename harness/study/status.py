@@ -11,11 +11,13 @@ runs by trial key; a child run whose configuration hash differs from its trial's
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
+from pathlib import Path
 
 from harness.study import progress
-from harness.study.kinds import KINDS
+from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
 from harness.trial import Trial
 
@@ -166,3 +168,42 @@ def _liveness(status: dict) -> str:
 
 def to_json(status: dict) -> str:
     return json.dumps(status, indent=1, default=str)
+
+
+def _trial_count(entry: dict) -> int | None:
+    """How many trials the invocation has, from its study file as it is now, with the rows and seeds it ran
+    (None: the file is gone or no longer resolves)."""
+    path = Path(entry["study_file"])
+    if not entry["study_file"] or not path.is_file():
+        return None
+    try:
+        study = load_study(path, entry["profile"] or None)
+        rows = [r for r in entry["rows"].split(",") if r]
+        seeds = [int(x) for x in entry["seeds"].split(",") if x]
+        if (rows and rows != study.rows) or (seeds and seeds != study.seeds):
+            study = load_study(path, entry["profile"] or None, rows or None, seeds or None)
+    except Exception:         # noqa: BLE001 - a study file changed since: the count is then unknown, not an error
+        return None
+    return len(study.trials)
+
+
+def overview(entries: list[dict], now_s: float | None = None) -> str:
+    """One line for the latest invocation of each study, profile and name in the store (tracking.invocations):
+    its state, its trials finished of all, and when it started."""
+    now_s = time.time() if now_s is None else now_s
+    rows = [["study", "profile", "name", "state", "trials", "started"]]
+    for e in entries:
+        beat = e["last_beat_ms"]
+        alive = e["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
+        state = ("running" if alive else "stopped (driver gone)" if e["status"] == "RUNNING" else
+                 "interrupted" if e["status"] == "KILLED" else e["status"].lower())
+        total, c = _trial_count(e), e["children"]
+        trials = f"{c.get('FINISHED', 0)} of {total if total is not None else '?'} finished" \
+            + (f", {c['RUNNING']} running" if alive and c.get("RUNNING") else "") \
+            + (f", {c['FAILED']} failed" if c.get("FAILED") else "")
+        started = datetime.datetime.fromtimestamp(e["started"] / 1000).strftime("%Y-%m-%d %H:%M")
+        rows.append([e["study"], e["profile"], e["name"] or "-", state, trials, started])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines + ["`python -m harness status STUDY --profile P [--name NAME]` shows one invocation's "
+                              "trials"])
