@@ -345,8 +345,8 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
     """Where the latest invocation of a study's profile (of one name, `run --name`, or the unnamed ones) stands,
     for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command', 'wall_seconds',
     'last_beat_ms' (when its driver last logged its wall time; None: never)}, 'trials': {trial key: {'status',
-    'config_hash', 'metrics' (last values), 'step' (the last training step logged), 'dev_ppl' ([(step, PPL)]
-    in step order), 'start', 'end'}}}. None when the store has no such invocation."""
+    'config_hash', 'reason' (a failed trial's), 'metrics' (last values), 'step' (the last training step logged),
+    'dev_ppl' ([(step, PPL)] in step order), 'start', 'end'}}}. None when the store has no such invocation."""
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
     parent = _latest_named(_parents(client, exp.experiment_id, profile), variant) if exp else None
@@ -360,6 +360,7 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
         dev = sorted((h.step, h.value) for h in client.get_metric_history(run.info.run_id, "dev_ppl")) \
             if "dev_ppl" in m else []
         trials[key] = {"status": run.info.status, "config_hash": run.data.tags.get("config_hash", ""),
+                       "reason": run.data.tags.get("failure_reason", ""),
                        "metrics": dict(m), "step": max((h.step for h in losses), default=0), "dev_ppl": dev,
                        "start": run.info.start_time, "end": run.info.end_time}
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,

@@ -31,9 +31,10 @@ profiles:
 COMMAND = "python -m harness run mini.yaml --profile tiny --quiet"
 
 
-def _child(client, exp, parent, key, config_hash, status, metrics, dev, last_step):
+def _child(client, exp, parent, key, config_hash, status, metrics, dev, last_step, reason=None):
     run = client.create_run(exp, tags={"kind": "trial", "mlflow.parentRunId": parent, "trial_key": key,
-                                       "config_hash": config_hash}).info.run_id
+                                       "config_hash": config_hash,
+                                       **({"failure_reason": reason} if reason else {})}).info.run_id
     now = int(time.time() * 1000)
     rows = [Metric("train_loss", 3.0 - s / 100, now, s) for s in range(0, last_step + 1, 5)]
     rows += [Metric("dev_ppl", v, now, s) for s, v in dev]
@@ -46,7 +47,8 @@ def _child(client, exp, parent, key, config_hash, status, metrics, dev, last_ste
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """The store of a study 3 rows x 2 seeds: base-s0 stopped by the rule, base-s1 at the budget, A1-s0 running
-    (two evaluations past its best), A1-s1 run under other settings, C1 not started; the driver beat just now."""
+    (two evaluations past its best), A1-s1 run under other settings, C1-s0 not started, C1-s1 failed; the driver
+    beat just now."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mini.yaml").write_text(STUDY)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -69,6 +71,8 @@ def store(tmp_path, monkeypatch):
     _child(client, exp, parent, "A1-s0", hashes["A1-s0"], "RUNNING", {"train_seconds": 300},
            [(10, 8.0), (20, 6.5), (30, 6.0), (40, 6.2), (50, 6.1)], 55)
     _child(client, exp, parent, "A1-s1", "not-this-one", "FINISHED", {"steps": 100}, [], 100)
+    _child(client, exp, parent, "C1-s1", hashes["C1-s1"], "FAILED", {"train_seconds": 30}, [(10, 9.0)], 12,
+           reason="non-finite loss at step 12 (retried 2 times)\nlast checkpoint: step 10")
     return study, uri, client, parent
 
 
@@ -88,8 +92,10 @@ def test_each_trial_says_where_it_stands_and_how_it_ended(store):
     assert (running["state"], running["step"], running["dev_ppl"]) == ("running", 55, 6.1)
     assert (running["best"], running["best_step"], running["since_best"], running["patience"]) == (6.0, 30, 2, 3)
     assert _line(status, "A1-s1")["state"] == "changed"               # ran other settings: --resume reruns it
-    assert _line(status, "C1-s0")["state"] == _line(status, "C1-s1")["state"] == "pending"
-    assert status["counts"] == {"finished": 2, "running": 1, "changed": 1, "pending": 2}
+    assert _line(status, "C1-s0")["state"] == "pending"
+    assert _line(status, "C1-s1")["state"] == "failed"
+    assert _line(status, "C1-s1")["ended"] == "non-finite loss at step 12 (retried 2 times)"   # its reason's first line
+    assert status["counts"] == {"finished": 2, "running": 1, "changed": 1, "pending": 1, "failed": 1}
     assert status["driver_alive"] and status["wall_hours"] == pytest.approx(0.5)
     assert status["cpu_hours_finished"] == pytest.approx(1.0)
     assert status["seconds_left"] is not None and status["seconds_left"] > 0   # measured from A1-s0's own rate
@@ -98,8 +104,8 @@ def test_each_trial_says_where_it_stands_and_how_it_ended(store):
     assert "mini v1, profile tiny" in text
     a1 = next(line for line in text.splitlines() if line.startswith("A1-s0"))
     assert "55 / 100" in a1 and "6.00 (30)" in a1 and "2 of 3" in a1
-    assert "6 trials: 2 finished, 2 pending, 1 running, 1 changed; of the finished, 1 stopped by the rule, 1 at " \
-           "the budget" in text
+    assert "6 trials: 2 finished, 1 running, 1 changed, 1 pending, 1 failed; of the finished, 1 stopped by the " \
+           "rule, 1 at the budget" in text
     assert "running (its driver logged" in text
     assert "; at most about " in text and "h left at 1 trial(s) at a time (every trial to its step budget; " in text
 
@@ -156,6 +162,6 @@ def test_status_without_a_study_gives_one_line_an_invocation(store, capsys):
     cells = {tuple(line.split()[:3]): line for line in lines[1:3]}
     # the overview counts child runs as the store holds them (A1-s1, run under other settings, among them)
     assert " ".join(cells[("mini", "tiny", "-")].split()[3:8]) == "running 3 of 6 finished,"
-    assert "1 running" in cells[("mini", "tiny", "-")]
+    assert "1 running, 1 failed" in cells[("mini", "tiny", "-")]
     assert " ".join(cells[("mini", "tiny", "corpus2")].split()[3:7]) == "interrupted 0 of 2"   # one row, two seeds
     assert lines[-1].startswith("`python -m harness status STUDY")

@@ -48,6 +48,8 @@ def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
         best_step, best = min(points or curve, key=lambda p: (p[1], p[0]))
         out.update(dev_ppl=points[-1][1] if points else None, best=best, best_step=best_step,
                    since_best=sum(1 for s, _ in points if s > best_step))
+    if state == "failed" and seen.get("reason"):
+        out["ended"] = seen["reason"].splitlines()[0][:100]
     if finished:            # its final figures: the scored (averaged) weights, and the rule's own best
         out["dev_ppl"] = m.get("dev_ppl", out["dev_ppl"])
         if "best_step" in m and "best_dev_ppl" in m:
