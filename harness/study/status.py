@@ -27,7 +27,7 @@ ALIVE_S = 180       # the driver logs its wall time once a minute (runner._Heart
 def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
     """One trial's line: its state, step, budget, dev PPL now and best, evaluations since the best against the
     patience, and how it ended."""
-    budget = trial.train.steps if trial.train is not None else 1
+    budget = trial.train.steps if trial.train is not None else None       # a probe trial trains nothing
     patience = trial.train.patience if trial.train is not None else 0
     out = {"trial": trial.key, "row": trial.row, "seed": trial.seed, "state": "pending", "step": 0,
            "budget": budget, "dev_ppl": None, "best": None, "best_step": None, "since_best": None,
@@ -54,7 +54,8 @@ def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
         out["dev_ppl"] = m.get("dev_ppl", out["dev_ppl"])
         if "best_step" in m and "best_dev_ppl" in m:
             out.update(best=m["best_dev_ppl"], best_step=int(m["best_step"]))
-        out["end"], out["ended"] = ending(m, step)
+        if trial.train is not None:
+            out["end"], out["ended"] = ending(m, step)
     return out
 
 
@@ -118,7 +119,8 @@ def _trial_cells(line: dict) -> list[str]:
     waited = (f"{line['since_best']} of {line['patience']}" if line["patience"] else str(line["since_best"])) \
         if line["since_best"] is not None and line["state"] != "finished" else "-"
     best = f"{line['best']:.2f} ({line['best_step']})" if line["best"] is not None else "-"
-    return [line["trial"], line["state"], f"{line['step']} / {line['budget']}", _fmt(line["dev_ppl"]), best, waited,
+    steps = f"{line['step']} / {line['budget']}" if line["budget"] is not None else "-"
+    return [line["trial"], line["state"], steps, _fmt(line["dev_ppl"]), best, waited,
             _fmt(line["minutes"], ".0f"), line["ended"]]
 
 
