@@ -459,8 +459,20 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0 and "--resume" in out, out
+    # `status`, from another process, reads the interrupted invocation: one trial finished, the rest not, and
+    # the command that continues it
+    status = [sys.executable, "-m", "harness", "status", str(study), "--profile", "tiny"]
+    seen = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert seen.returncode == 0, seen.stdout + seen.stderr
+    states = {line.split()[0]: line.split()[1] for line in seen.stdout.splitlines()[2:5]}
+    assert sorted(states) == ["A1-s0", "C1-s0", "base-s0"] and "finished" in states.values(), seen.stdout
+    assert set(states.values()) <= {"finished", "killed", "pending"}, seen.stdout
+    assert seen.stdout.splitlines()[-1].startswith("not running (interrupted); `") and "--resume` continues" in \
+        seen.stdout, seen.stdout
     again = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
+    seen = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "3 trials: 3 finished" in seen.stdout and "every trial finished" in seen.stdout, seen.stdout
     exp = client.get_experiment_by_name("mini")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("kind") == "study"]
