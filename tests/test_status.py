@@ -165,3 +165,12 @@ def test_status_without_a_study_gives_one_line_an_invocation(store, capsys):
     assert "1 running, 1 failed" in cells[("mini", "tiny", "-")]
     assert " ".join(cells[("mini", "tiny", "corpus2")].split()[3:7]) == "interrupted 0 of 2"   # one row, two seeds
     assert lines[-1].startswith("`python -m harness status STUDY")
+
+
+def test_a_study_run_with_a_set_that_status_was_not_given_says_so(store, tmp_path):
+    study, uri, _, _ = store
+    other = load_study(tmp_path / "mini.yaml", "tiny", sets={"train": {"label_smoothing": 0.0}})
+    text = render(study_status(other, study_snapshot(uri, "mini", "tiny")))
+    assert f"(`{COMMAND}`)" in text.splitlines()[0]
+    assert "every trial that ran did so under other settings than this study file gives now: give the --set" in text
+    assert "every trial that ran" not in render(study_status(study, study_snapshot(uri, "mini", "tiny")))

@@ -126,7 +126,8 @@ def _trial_cells(line: dict) -> list[str]:
 
 def render(status: dict) -> str:
     """The status as the terminal shows it: a header, a table of trials and a closing line."""
-    head = [f"{status['study']} v{status['version']}, profile {status['profile']}: MLflow run {status['run_id']}"]
+    head = [f"{status['study']} v{status['version']}, profile {status['profile']}: MLflow run {status['run_id']}"
+            + (f" (`{status['command']}`)" if status["command"] else "")]
     if status["ran_version"] and status["ran_version"] != str(status["version"]):
         head.append(f"  (that invocation ran version {status['ran_version']} of {status['path']}; this file is "
                     f"version {status['version']})")
@@ -146,6 +147,10 @@ def render(status: dict) -> str:
             f"wall time over all invocations: {_fmt(status['wall_hours'], '.2f', 'not logged')}"
             f"{' h' if status['wall_hours'] is not None else ''}; CPU-hours of the finished trials: "
             f"{status['cpu_hours_finished']:.2f}"]
+    ran = len(status["trials"]) - status["counts"].get("pending", 0)
+    if ran and status["counts"].get("changed", 0) == ran:
+        tail.append("every trial that ran did so under other settings than this study file gives now: give the "
+                    "--set the invocation ran with (its command above), or the file has changed since")
     tail.append(_liveness(status))
     return "\n".join(head + table + tail)
 
