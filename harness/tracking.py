@@ -356,7 +356,9 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
     trials = {}
     for run in client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}"):
         m, key = run.data.metrics, run.data.tags.get("trial_key", run.info.run_id)
-        losses = client.get_metric_history(run.info.run_id, "train_loss") if "train_loss" in m else []
+        # the last training step: a finished run logged it (steps); any other is read off its loss curve
+        losses = client.get_metric_history(run.info.run_id, "train_loss") \
+            if "train_loss" in m and not (run.info.status == "FINISHED" and "steps" in m) else []
         dev = sorted((h.step, h.value) for h in client.get_metric_history(run.info.run_id, "dev_ppl")) \
             if "dev_ppl" in m else []
         trials[key] = {"status": run.info.status, "config_hash": run.data.tags.get("config_hash", ""),
