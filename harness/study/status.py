@@ -41,7 +41,7 @@ def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
     elif state == "running" and not driver_alive:
         state = "stopped"         # its driver died without closing it (SIGKILL, a lost machine)
     finished = state == "finished"
-    step = int(m.get("steps", seen["step"])) if finished else seen["step"]
+    step = int(m["steps"]) if seen["status"] == "FINISHED" and "steps" in m else seen["step"]
     out.update(state=state, step=step, minutes=m["train_seconds"] / 60 if "train_seconds" in m else None)
     if curve:
         points = [(s, v) for s, v in curve if s <= step or not finished]
