@@ -208,7 +208,7 @@ def _cmd_status(args) -> int:
     """`status STUDY`: where the study's latest invocation of a profile stands, read from MLflow."""
     from harness import overrides
     from harness.study.kinds import load_study
-    from harness.study.status import overview, render, study_status, to_json
+    from harness.study.status import as_ran, overview, render, study_status, to_json
     from harness.tracking import invocations, require_store, study_snapshot, tracking_uri
     if args.study is None:
         uri = tracking_uri()
@@ -217,8 +217,8 @@ def _cmd_status(args) -> int:
         print(json.dumps(entries, indent=1) if args.json else
               overview(entries) if entries else f"the MLflow store {uri} holds no study run yet")
         return 0
-    study = load_study(_study_path(str(args.study)), args.profile,
-                       sets=overrides.parse_sets(args.set, overrides.RUN_SECTIONS))
+    path, sets = _study_path(str(args.study)), overrides.parse_sets(args.set, overrides.RUN_SECTIONS)
+    study = load_study(path, args.profile, sets=sets)
     uri = tracking_uri()
     require_store(uri)
     name = args.name or ""
@@ -227,6 +227,8 @@ def _cmd_status(args) -> int:
         raise UserError(f"the MLflow store {uri} holds no invocation of {study.path}, profile {study.profile}"
                         f"{f', named {name}' if name else ''}; start one with `python -m harness run {study.path} "
                         f"--profile {study.profile}{f' --name {name}' if name else ''}`.")
+    # the trials it ran: its --rows and --seeds are in its parent run
+    study = as_ran(path, study.profile, snapshot["parent"]["rows"], snapshot["parent"]["seeds"], sets)
     status = study_status(study, snapshot)
     print(to_json(status) if args.json else render(status))
     return 0

@@ -341,41 +341,65 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
             "runs": runs}
 
 
+def _beats(client, run_id: str) -> tuple[float | None, int | None]:
+    """A parent run's heartbeat (invocation_wall_seconds, step = the invocation): the wall time summed over its
+    invocations (the last figure each logged; None: none logged) and when the latest beat came (ms)."""
+    history = client.get_metric_history(run_id, "invocation_wall_seconds")
+    last: dict[int, float] = {}
+    for m in history:
+        last[m.step] = max(m.value, last.get(m.step, 0.0))
+    return (sum(last.values()) if last else None), max((m.timestamp for m in history), default=None)
+
+
+def _latest_per_step(history) -> list[tuple[int, float, int]]:
+    """(step, value, timestamp) in step order, one per step: the latest logged (a retried or resumed trial logs
+    again the evaluations between its last checkpoint and its interruption)."""
+    latest = {}
+    for m in sorted(history, key=lambda m: (m.step, m.timestamp)):
+        latest[m.step] = (m.step, m.value, m.timestamp)
+    return list(latest.values())
+
+
 def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dict | None:
     """Where the latest invocation of a study's profile (of one name, `run --name`, or the unnamed ones) stands,
-    for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command', 'wall_seconds',
-    'last_beat_ms' (when its driver last logged its wall time; None: never)}, 'trials': {trial key: {'status',
-    'config_hash', 'reason' (a failed trial's), 'metrics' (last values), 'step' (the last training step logged),
-    'dev_ppl' ([(step, PPL)] in step order), 'start', 'end'}}}. None when the store has no such invocation."""
+    for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command', 'rows', 'seeds' (as it
+    ran), 'wall_seconds', 'last_heard_ms' (the latest of its driver's heartbeat and its running trials' logged
+    steps; None: nothing yet)}, 'trials': {trial key: {'status', 'config_hash', 'reason' (a failed trial's),
+    'metrics' (last values), 'step' (the last training step logged), 'dev_ppl' ([(step, PPL)] in step order, one
+    per step), 'start', 'end'}}}. None when the store has no such invocation."""
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
     parent = _latest_named(_parents(client, exp.experiment_id, profile), variant) if exp else None
     if parent is None:
         return None
-    beats = client.get_metric_history(parent.info.run_id, "invocation_wall_seconds")
+    wall, heard = _beats(client, parent.info.run_id)
     trials = {}
     for run in client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}"):
         m, key = run.data.metrics, run.data.tags.get("trial_key", run.info.run_id)
+        done = run.info.status == "FINISHED"
         # the last training step: a finished run logged it (steps); any other is read off its loss curve
-        losses = client.get_metric_history(run.info.run_id, "train_loss") \
-            if "train_loss" in m and not (run.info.status == "FINISHED" and "steps" in m) else []
-        dev = sorted((h.step, h.value) for h in client.get_metric_history(run.info.run_id, "dev_ppl")) \
-            if "dev_ppl" in m else []
+        losses = _latest_per_step(client.get_metric_history(run.info.run_id, "train_loss")) \
+            if "train_loss" in m and not (done and "steps" in m) else []
+        if run.info.status == "RUNNING" and losses:
+            heard = max(heard or 0, max(t for _, _, t in losses))
+        # a finished run's best is in its final metrics: its curve is read only where they are not
+        dev = [(s, v) for s, v, _ in _latest_per_step(client.get_metric_history(run.info.run_id, "dev_ppl"))] \
+            if "dev_ppl" in m and not (done and "best_step" in m and "best_dev_ppl" in m) else []
         trials[key] = {"status": run.info.status, "config_hash": run.data.tags.get("config_hash", ""),
                        "reason": run.data.tags.get("failure_reason", ""),
-                       "metrics": dict(m), "step": max((h.step for h in losses), default=0), "dev_ppl": dev,
+                       "metrics": dict(m), "step": max((s for s, _, _ in losses), default=0), "dev_ppl": dev,
                        "start": run.info.start_time, "end": run.info.end_time}
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
                        "version": parent.data.tags.get("version", ""), "command": parent.data.tags.get("command", ""),
-                       "wall_seconds": study_wall_seconds(uri, parent.info.run_id),
-                       "last_beat_ms": max((b.timestamp for b in beats), default=None)},
+                       "rows": parent.data.params.get("rows", ""), "seeds": parent.data.params.get("seeds", ""),
+                       "wall_seconds": wall, "last_heard_ms": heard},
             "trials": trials}
 
 
 def invocations(uri: str) -> list[dict]:
     """The latest invocation of every study, profile and name in the store, for `status` without a study: study,
-    profile, name, run_id, status, started (ms), study_file, rows and seeds (as run), last_beat_ms, and its child
-    runs counted by status. In study order, then by start."""
+    profile, name, run_id, status, started (ms), study_file, rows and seeds (as run), last_heard_ms (its driver's
+    latest heartbeat), and its child runs as (trial key, config hash, status). In study order, then by start."""
     client = MlflowClient(uri)
     out = []
     for name in list_studies(uri):
@@ -387,16 +411,14 @@ def invocations(uri: str) -> list[dict]:
             if key in seen:
                 continue
             seen.add(key)
-            counts: dict[str, int] = {}
-            for run in client.search_runs([exp.experiment_id],
-                                          f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}"):
-                counts[run.info.status] = counts.get(run.info.status, 0) + 1
-            beats = client.get_metric_history(parent.info.run_id, "invocation_wall_seconds")
+            children = [(r.data.tags.get("trial_key", ""), r.data.tags.get("config_hash", ""), r.info.status)
+                        for r in client.search_runs([exp.experiment_id],
+                                                    f"tags.mlflow.parentRunId = {_quote(parent.info.run_id)}")]
             out.append({"study": name, "profile": key[0], "name": key[1], "run_id": parent.info.run_id,
                         "status": parent.info.status, "started": parent.info.start_time,
                         "study_file": tags.get("study_file", ""), "rows": parent.data.params.get("rows", ""),
-                        "seeds": parent.data.params.get("seeds", ""), "children": counts,
-                        "last_beat_ms": max((b.timestamp for b in beats), default=None)})
+                        "seeds": parent.data.params.get("seeds", ""), "children": children,
+                        "last_heard_ms": _beats(client, parent.info.run_id)[1]})
     return out
 
 
@@ -462,13 +484,7 @@ VIEW_PREFIX = "mlflow.sharedViewState."
 def study_wall_seconds(uri: str, parent_id: str) -> float | None:
     """A study's wall time over all its invocations: the last figure each logged (None: none logged, a study
     run before invocations were timed)."""
-    history = metric_history(uri, parent_id, "invocation_wall_seconds")
-    if not history:
-        return None
-    last: dict[int, float] = {}
-    for step, value in history:
-        last[step] = max(value, last.get(step, 0.0))
-    return sum(last.values())
+    return _beats(MlflowClient(uri), parent_id)[0]
 
 
 VIEW_METRICS = VIEW           # harness/metrics.py: the view's metric columns, in order

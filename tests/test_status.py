@@ -5,11 +5,11 @@ import time
 
 import pytest
 from mlflow import MlflowClient
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import Metric, Param, RunTag
 
 from harness.cli import main
 from harness.study.kinds import load_study
-from harness.study.status import render, study_status
+from harness.study.status import ALIVE_S, render, study_status
 from harness.tracking import study_snapshot
 
 STUDY = """
@@ -106,14 +106,14 @@ def test_each_trial_says_where_it_stands_and_how_it_ended(store):
     assert "55 / 100" in a1 and "6.00 (30)" in a1 and "2 of 3" in a1
     assert "6 trials: 2 finished, 1 running, 1 changed, 1 pending, 1 failed; of the finished, 1 stopped by the " \
            "rule, 1 at the budget" in text
-    assert "running (its driver logged" in text
+    assert "running (last heard from" in text
     assert "; at most about " in text and "h left at 1 trial(s) at a time (every trial to its step budget; " in text
 
 
 def test_a_driver_gone_quiet_leaves_its_running_trials_stopped_and_says_how_to_resume(store):
     study, uri, client, parent = store
     snapshot = study_snapshot(uri, "mini", "tiny")
-    status = study_status(study, snapshot, now_s=snapshot["parent"]["last_beat_ms"] / 1000 + 600)
+    status = study_status(study, snapshot, now_s=snapshot["parent"]["last_heard_ms"] / 1000 + 600)
     assert not status["driver_alive"] and status["seconds_left"] is None
     assert _line(status, "A1-s0")["state"] == "stopped"
     assert render(status).splitlines()[-1] == (
@@ -160,8 +160,8 @@ def test_status_without_a_study_gives_one_line_an_invocation(store, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["study", "profile", "name", "state", "trials", "started"]
     cells = {tuple(line.split()[:3]): line for line in lines[1:3]}
-    # the overview counts child runs as the store holds them (A1-s1, run under other settings, among them)
-    assert " ".join(cells[("mini", "tiny", "-")].split()[3:8]) == "running 3 of 6 finished,"
+    # as `status STUDY` counts: A1-s1, finished under other settings, is not one of its trials' runs
+    assert " ".join(cells[("mini", "tiny", "-")].split()[3:8]) == "running 2 of 6 finished,"
     assert "1 running, 1 failed" in cells[("mini", "tiny", "-")]
     assert " ".join(cells[("mini", "tiny", "corpus2")].split()[3:7]) == "interrupted 0 of 2"   # one row, two seeds
     assert lines[-1].startswith("`python -m harness status STUDY")
@@ -174,3 +174,43 @@ def test_a_study_run_with_a_set_that_status_was_not_given_says_so(store, tmp_pat
     assert f"(`{COMMAND}`)" in text.splitlines()[0]
     assert "every trial that ran did so under other settings than this study file gives now: give the --set" in text
     assert "every trial that ran" not in render(study_status(study, study_snapshot(uri, "mini", "tiny")))
+
+
+def test_a_resumed_trials_repeated_evaluations_count_once_and_a_running_trial_keeps_its_study_alive(tmp_path,
+                                                                                                     monkeypatch):
+    """A trial resumed from its step-30 checkpoint logs its evaluations at 40 and 50 again (the latest counts);
+    the parent has no heartbeat yet (it has just reopened) but the trial logs steps: the study runs."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mini.yaml").write_text(STUDY)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = load_study(tmp_path / "mini.yaml", "tiny")
+    client = MlflowClient(uri)
+    exp = client.create_experiment("mini")
+    parent = client.create_run(exp, tags={"kind": "study", "version": "1", "profile": "tiny"}).info.run_id
+    trial = next(t for t in study.trials if t.key == "base-s0")
+    run = client.create_run(exp, tags={"kind": "trial", "mlflow.parentRunId": parent, "trial_key": "base-s0",
+                                       "config_hash": trial.config_hash}).info.run_id
+    now = int(time.time() * 1000)
+    first = [(10, 8.0), (20, 6.0), (30, 5.0), (40, 5.5), (50, 5.6)]       # the attempt that died at step 55
+    again = [(40, 5.4), (50, 5.3)]                                          # the resumed attempt, later
+    client.log_batch(run, metrics=[Metric("dev_ppl", v, now - 60_000, st) for st, v in first]
+                     + [Metric("dev_ppl", v, now, st) for st, v in again]
+                     + [Metric("train_loss", 2.0, now, st) for st in (45, 50, 55)])
+    snapshot = study_snapshot(uri, "mini", "tiny")
+    assert snapshot["trials"]["base-s0"]["dev_ppl"] == [(10, 8.0), (20, 6.0), (30, 5.0), (40, 5.4), (50, 5.3)]
+    status = study_status(study, snapshot)
+    line = _line(status, "base-s0")
+    assert (line["state"], line["dev_ppl"], line["best"], line["since_best"]) == ("running", 5.3, 5.0, 2)
+    assert status["driver_alive"] and status["last_heard_s_ago"] < ALIVE_S
+
+
+def test_status_reads_the_rows_and_seeds_the_invocation_ran(store, capsys, tmp_path):
+    _, uri, client, _ = store
+    exp = client.get_experiment_by_name("mini").experiment_id
+    later = client.create_run(exp, tags={"kind": "study", "version": "1", "profile": "tiny",
+                                         "study_file": "mini.yaml"}).info.run_id       # `run --rows C1 --seeds 0`
+    client.log_batch(later, params=[Param("rows", "C1"), Param("seeds", "0")])
+    client.set_terminated(later, "KILLED")
+    assert main(["status", "mini.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()[2:-3]] == ["C1-s0"] and "1 trial: 1 pending" in out

@@ -359,6 +359,7 @@ class _Heartbeat:
             self._log()
 
     def __enter__(self) -> "_Heartbeat":
+        self._log()               # at once: `status` hears from a study from its start, not a minute later
         self.thread.start()
         return self
 

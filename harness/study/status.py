@@ -21,7 +21,9 @@ from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
 from harness.trial import Trial
 
-ALIVE_S = 180       # the driver logs its wall time once a minute (runner._Heartbeat): silent longer, it is gone
+# The driver logs its wall time once a minute (runner._Heartbeat) and a running trial its loss every few seconds:
+# a study neither has been heard from for longer has stopped.
+ALIVE_S = 180
 
 
 def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
@@ -79,7 +81,7 @@ def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> di
     --json dumps."""
     parent = snapshot["parent"]
     now_s = time.time() if now_s is None else now_s
-    beat = parent["last_beat_ms"]
+    beat = parent["last_heard_ms"]
     alive = parent["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
     lines = [trial_state(t, snapshot["trials"].get(t.key), alive) for t in study.trials]
     count: dict[str, int] = {}
@@ -99,7 +101,7 @@ def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> di
         left = progress.time_left(study.trials, per_step, seen, running)
     return {"study": study.name, "version": study.version, "profile": study.profile, "path": study.path,
             "run_id": parent["run_id"], "parent_status": parent["status"], "ran_version": parent["version"],
-            "driver_alive": alive, "last_beat_s_ago": None if beat is None else max(0.0, now_s - beat / 1000),
+            "driver_alive": alive, "last_heard_s_ago": None if beat is None else max(0.0, now_s - beat / 1000),
             "wall_hours": None if parent["wall_seconds"] is None else parent["wall_seconds"] / 3600,
             "cpu_hours_finished": cpu, "counts": count, "seconds_left": left, "command": parent["command"],
             "trials": lines}
@@ -142,7 +144,8 @@ def render(status: dict) -> str:
             ends[line["end"]] = ends.get(line["end"], 0) + 1
     said = {"rule": "stopped by the rule", "budget": "at the budget", "time limit": "by the time limit",
             "diverged": "diverged", "fixed steps": "ran fixed steps"}
-    tail = [f"{len(status['trials'])} trials: {counts}"
+    n = len(status["trials"])
+    tail = [f"{n} trial{'s' * (n != 1)}: {counts}"
             + (f"; of the finished, {', '.join(f'{n} {said[how]}' for how, n in ends.items())}" if ends else ""),
             f"wall time over all invocations: {_fmt(status['wall_hours'], '.2f', 'not logged')}"
             f"{' h' if status['wall_hours'] is not None else ''}; CPU-hours of the finished trials: "
@@ -162,7 +165,7 @@ def _liveness(status: dict) -> str:
         left = status["seconds_left"]
         # Under the patience rule a trial may stop long before its budget: the estimate is then a ceiling.
         ceiling = any(line["patience"] for line in status["trials"] if line["state"] != "finished")
-        return (f"running (its driver logged {status['last_beat_s_ago']:.0f} s ago)"
+        return (f"running (last heard from {status['last_heard_s_ago']:.0f} s ago)"
                 + (f"; {'at most ' if ceiling else ''}about {left / 3600:.1f} h left at "
                    f"{status['counts'].get('running', 0)} trial(s) at a time"
                    + (" (every trial to its step budget; the patience rule may stop them sooner)" if ceiling else "")
@@ -179,21 +182,27 @@ def to_json(status: dict) -> str:
     return json.dumps(status, indent=1, default=str)
 
 
-def _trial_count(entry: dict) -> int | None:
-    """How many trials the invocation has, from its study file as it is now, with the rows and seeds it ran
-    (None: the file is gone or no longer resolves)."""
+def as_ran(path: str | Path, profile: str | None, rows: str, seeds: str, sets: dict | None = None) -> Study:
+    """The study file resolved with the rows and seeds an invocation ran (its parent run's params, comma-separated;
+    empty: the study's own)."""
+    study = load_study(path, profile, sets=sets)
+    picked = [r for r in rows.split(",") if r]
+    numbers = [int(x) for x in seeds.split(",") if x]
+    if (picked and picked != study.rows) or (numbers and numbers != study.seeds):
+        study = load_study(path, profile, picked or None, numbers or None, sets=sets)
+    return study
+
+
+def _trials(entry: dict) -> list[Trial] | None:
+    """The invocation's trials, from its study file as it is now with the rows and seeds it ran (None: the file
+    is gone or no longer resolves)."""
     path = Path(entry["study_file"])
     if not entry["study_file"] or not path.is_file():
         return None
     try:
-        study = load_study(path, entry["profile"] or None)
-        rows = [r for r in entry["rows"].split(",") if r]
-        seeds = [int(x) for x in entry["seeds"].split(",") if x]
-        if (rows and rows != study.rows) or (seeds and seeds != study.seeds):
-            study = load_study(path, entry["profile"] or None, rows or None, seeds or None)
+        return as_ran(path, entry["profile"] or None, entry["rows"], entry["seeds"]).trials
     except Exception:         # noqa: BLE001 - a study file changed since: the count is then unknown, not an error
         return None
-    return len(study.trials)
 
 
 def overview(entries: list[dict], now_s: float | None = None) -> str:
@@ -202,12 +211,21 @@ def overview(entries: list[dict], now_s: float | None = None) -> str:
     now_s = time.time() if now_s is None else now_s
     rows = [["study", "profile", "name", "state", "trials", "started"]]
     for e in entries:
-        beat = e["last_beat_ms"]
+        beat = e["last_heard_ms"]
         alive = e["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
         state = ("running" if alive else "stopped (driver gone)" if e["status"] == "RUNNING" else
                  "interrupted" if e["status"] == "KILLED" else e["status"].lower())
-        total, c = _trial_count(e), e["children"]
-        trials = f"{c.get('FINISHED', 0)} of {total if total is not None else '?'} finished" \
+        trials_now = _trials(e)
+        if trials_now is None:            # no study file to match against: the child runs as the store holds them
+            finished, total = sum(1 for _, _, st in e["children"] if st == "FINISHED"), "?"
+        else:                             # only runs of its trials as the file gives them now, as `status STUDY`
+            wanted = {(t.key, t.config_hash) for t in trials_now}
+            finished = sum(1 for key, h, st in e["children"] if st == "FINISHED" and (key, h) in wanted)
+            total = str(len(trials_now))
+        c = {}
+        for _, _, st in e["children"]:
+            c[st] = c.get(st, 0) + 1
+        trials = f"{finished} of {total} finished" \
             + (f", {c['RUNNING']} running" if alive and c.get("RUNNING") else "") \
             + (f", {c['FAILED']} failed" if c.get("FAILED") else "")
         started = datetime.datetime.fromtimestamp(e["started"] / 1000).strftime("%Y-%m-%d %H:%M")
