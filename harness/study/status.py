@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 from harness.study import progress
@@ -24,6 +25,11 @@ from harness.trial import Trial
 # The driver logs its wall time once a minute (runner._Heartbeat) and a running trial its loss every few seconds:
 # a study neither has been heard from for longer has stopped.
 ALIVE_S = 180
+
+
+def _alive(parent_status: str, heard_ms: int | None, now_s: float) -> bool:
+    """An invocation still runs: its parent run is open and it was heard from within ALIVE_S."""
+    return parent_status == "RUNNING" and heard_ms is not None and now_s - heard_ms / 1000 < ALIVE_S
 
 
 def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
@@ -82,11 +88,9 @@ def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> di
     parent = snapshot["parent"]
     now_s = time.time() if now_s is None else now_s
     beat = parent["last_heard_ms"]
-    alive = parent["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
+    alive = _alive(parent["status"], beat, now_s)
     lines = [trial_state(t, snapshot["trials"].get(t.key), alive) for t in study.trials]
-    count: dict[str, int] = {}
-    for line in lines:
-        count[line["state"]] = count.get(line["state"], 0) + 1
+    count = dict(Counter(line["state"] for line in lines))
     finished = [snapshot["trials"][t.key] for t, line in zip(study.trials, lines) if line["state"] == "finished"]
     cpu = sum(f["metrics"].get("cpu_seconds", 0.0) for f in finished) / 3600
     left = None
@@ -138,10 +142,7 @@ def render(status: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     table = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     counts = ", ".join(f"{n} {state}" for state, n in sorted(status["counts"].items(), key=lambda kv: -kv[1]))
-    ends: dict[str, int] = {}
-    for line in status["trials"]:
-        if line["end"]:
-            ends[line["end"]] = ends.get(line["end"], 0) + 1
+    ends = Counter(line["end"] for line in status["trials"] if line["end"])
     said = {"rule": "stopped by the rule", "budget": "at the budget", "time limit": "by the time limit",
             "diverged": "diverged", "fixed steps": "ran fixed steps"}
     n = len(status["trials"])
@@ -212,7 +213,7 @@ def overview(entries: list[dict], now_s: float | None = None) -> str:
     rows = [["study", "profile", "name", "state", "trials", "started"]]
     for e in entries:
         beat = e["last_heard_ms"]
-        alive = e["status"] == "RUNNING" and beat is not None and now_s - beat / 1000 < ALIVE_S
+        alive = _alive(e["status"], beat, now_s)
         state = ("running" if alive else "stopped (driver gone)" if e["status"] == "RUNNING" else
                  "interrupted" if e["status"] == "KILLED" else e["status"].lower())
         trials_now = _trials(e)
@@ -222,9 +223,7 @@ def overview(entries: list[dict], now_s: float | None = None) -> str:
             wanted = {(t.key, t.config_hash) for t in trials_now}
             finished = sum(1 for key, h, st in e["children"] if st == "FINISHED" and (key, h) in wanted)
             total = str(len(trials_now))
-        c = {}
-        for _, _, st in e["children"]:
-            c[st] = c.get(st, 0) + 1
+        c = Counter(st for _, _, st in e["children"])
         trials = f"{finished} of {total} finished" \
             + (f", {c['RUNNING']} running" if alive and c.get("RUNNING") else "") \
             + (f", {c['FAILED']} failed" if c.get("FAILED") else "")
