@@ -81,3 +81,41 @@ def claim_metrics() -> dict[str, tuple[str, str | None]]:
 def label(name: str) -> str:
     """How a table names a core metric (the first entry of that name)."""
     return next(m.label for m in CORE if m.name == name)
+
+
+# How a run under the patience rule (harness/train/patience.py) ended, from its final metrics: the one reading that
+# the status view, a report's per-row notes and its provenance count share.
+ENDINGS = ("diverged", "rule", "budget", "time limit")
+
+
+def run_ending(metrics: dict) -> str:
+    """One of ENDINGS for a finished run that trained under the patience rule, "" for one without it (fixed
+    steps). `metrics` maps metric names to their final values; a NaN or absent value was not logged. A run that
+    diverged under train.stop_diverged counts as diverged whatever the rule's flags say; a run logged before
+    `hit_budget` existed and not stopped by the rule hit its budget (train.max_minutes came later)."""
+    def flag(name: str) -> float | None:
+        v = metrics.get(name)
+        return None if v is None or v != v else float(v)
+    if (flag("diverged") or 0.0) >= 0.5:
+        return "diverged"
+    rule = flag("stopped_by_rule")
+    if rule is None:
+        return ""
+    if rule >= 0.5:
+        return "rule"
+    budget = flag("hit_budget")
+    return "budget" if budget is None or budget >= 0.5 else "time limit"
+
+
+def ending_words(how: str, step: int, best: int) -> str:
+    """How one run ended, as a report cell and the status view say it: `how` from run_ending, `step` its last
+    step (or the step it diverged at), `best` the step of its best dev PPL."""
+    if how == "diverged":
+        return f"diverged at step {step}"
+    if how == "rule":
+        return f"stopped by the rule at step {step} (best {best})"
+    if how == "time limit":
+        return f"stopped by its time limit at step {step} (best {best})"
+    if how == "budget":
+        return f"hit the budget of {step} steps " + ("while improving" if best == step else f"(best {best})")
+    return f"ran its {step} steps (no patience rule)"

@@ -209,3 +209,28 @@ def test_a_row_stopped_by_its_time_limit_says_so_rather_than_blaming_the_budget(
     assert notes["base"] == ("seed 0: stopped by its time limit at step 700 (best 700); seed 1: hit the budget of 1000 "
                              "steps (best 900)")
     assert notes["big"] == "stopped by its time limit at step 400 (best 300)"
+
+
+def test_the_status_view_the_row_notes_and_the_report_header_read_an_ending_alike():
+    # One reading (metrics.run_ending) behind all three: a run logged before hit_budget existed and not stopped by
+    # the rule hit its budget in each, and a diverged seed is diverged in each, not a time limit.
+    import pandas as pd
+
+    from harness.report.common import stopping_notes, stopping_summary
+    from harness.study.status import ending
+    nan = float("nan")
+    runs = pd.DataFrame({"status": ["FINISHED"] * 3, "tags.row": ["base", "big", "deep"], "tags.seed": ["0"] * 3,
+                         "metrics.stopped_by_rule": [0.0, 1.0, 0.0], "metrics.hit_budget": [nan, 0.0, 0.0],
+                         "metrics.diverged": [nan, 0.0, 1.0], "metrics.diverged_step": [nan, nan, 150.0],
+                         "metrics.steps": [1000.0, 600.0, 150.0], "metrics.best_step": [1000.0, 400.0, 100.0]})
+    assert stopping_summary(runs) == ["- the patience rule stopped 1 of the 3 finished trials that trained under it "
+                                      "(33.3 %); 1 hit the step budget, 1 diverged; it stopped every seed of 1 of 3 "
+                                      "rows"]
+    assert stopping_notes(runs) == {"base": "hit the budget of 1000 steps while improving",
+                                    "big": "stopped by the rule at step 600 (best 400)",
+                                    "deep": "diverged at step 150"}
+    views = [ending({k[8:]: v for k, v in r.items() if k.startswith("metrics.") and v == v}, int(r["metrics.steps"]))
+             for _, r in runs.iterrows()]
+    assert views == [("budget", "hit the budget of 1000 steps while improving"),
+                     ("rule", "stopped by the rule at step 600 (best 400)"), ("diverged", "diverged at step 150")]
+    assert ending({"steps": 50.0}, 50) == ("fixed steps", "ran its 50 steps (no patience rule)")

@@ -27,7 +27,7 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.measure.registry import SectionContext, by_section_rank
-from harness.metrics import claim_metrics
+from harness.metrics import claim_metrics, ending_words, run_ending
 from harness.report import claims
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
@@ -355,27 +355,25 @@ def all_diverged(counts: tuple[int, int]) -> bool:
     return counts[1] > 0 and counts[0] == counts[1]
 
 
+def _final_metrics(r: pd.Series) -> dict:
+    """A run's final metrics from its row of an MLflow runs table, by metric name (NaN where not logged)."""
+    return {k[len("metrics."):]: v for k, v in r.items() if str(k).startswith("metrics.")}
+
+
 def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
-    """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: ("rule", step it
-    stopped at, best step), ("budget", steps, best step) or ("time", ...) for a run train.max_minutes stopped
-    first; [] where the rule was off."""
+    """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: (metrics.run_ending,
+    the step it stopped at, or diverged at, and its best step); [] where the rule was off."""
     if "metrics.stopped_by_rule" not in g:
         return []
     out = []
     for _, r in g.sort_values("tags.seed", key=lambda x: x.astype(str)).iterrows():
-        if pd.isna(r["metrics.stopped_by_rule"]):
-            continue
-        budget = r.get("metrics.hit_budget")
-        how = ("rule" if r["metrics.stopped_by_rule"] >= 0.5 else
-               "budget" if pd.isna(budget) or budget >= 0.5 else "time")      # no hit_budget logged: the budget
-        out.append((how, int(r.get("metrics.steps", 0)), int(r.get("metrics.best_step", 0))))
+        m = _final_metrics(r)
+        if pd.isna(m.get("stopped_by_rule")):
+            continue                                                # the rule off in this seed
+        how = run_ending(m)
+        stop = m.get("diverged_step") if how == "diverged" else m.get("steps")
+        out.append((how, int(0 if stop is None or pd.isna(stop) else stop), int(m.get("best_step", 0) or 0)))
     return out
-
-
-def _flag(done: pd.DataFrame, metric: str) -> pd.Series:
-    """A 1.0 / 0.0 metric as booleans (False where a run did not log it)."""
-    col = f"metrics.{metric}"
-    return done[col].fillna(0) >= 0.5 if col in done else pd.Series(False, index=done.index)
 
 
 def _count(n: int, noun: str) -> str:
@@ -392,10 +390,9 @@ def stopping_summary(runs: pd.DataFrame) -> list[str]:
     done = runs[(runs["status"] == "FINISHED") & runs["metrics.stopped_by_rule"].notna()]
     if done.empty:
         return []
-    diverged = _flag(done, "diverged")
-    rule = _flag(done, "stopped_by_rule") & ~diverged
-    budget = _flag(done, "hit_budget") & ~diverged & ~rule
-    other = len(done) - int(rule.sum() + budget.sum() + diverged.sum())
+    ends = pd.Series([run_ending(_final_metrics(r)) for _, r in done.iterrows()], index=done.index, dtype=object)
+    rule, budget, diverged = ends == "rule", ends == "budget", ends == "diverged"
+    other = int((ends == "time limit").sum())
     rows = rule.groupby(done["tags.row"].astype(str)).all()
     share = math.floor(1000 * rule.sum() / len(done)) / 10
     tail = [f"{int(budget.sum())} hit the step budget",
@@ -420,16 +417,14 @@ def stopping_note(row: str, diag: dict[str, dict]) -> str:
     ends = diag.get(row, {}).get("rule") or []
     if not ends:
         return ""
-    parts = [f"stopped by the rule at step {stop} (best {best})" if how == "rule" else
-             f"stopped by its time limit at step {stop} (best {best})" if how == "time" else
-             f"hit the budget of {stop} steps while improving" if best == stop else
-             f"hit the budget of {stop} steps (best {best})" for how, stop, best in ends]
+    parts = [ending_words(how, stop, best) for how, stop, best in ends]
     if len(set(how for how, _, _ in ends)) == 1 and len(ends) > 1:
         how = ends[0][0]
         steps = "/".join(str(s) for _, s, _ in ends)
         bests = "/".join(str(b) for _, _, b in ends)
         return (f"stopped by the rule in every seed, at steps {steps} (best {bests})" if how == "rule" else
-                f"stopped by its time limit in every seed, at steps {steps} (best {bests})" if how == "time" else
+                f"stopped by its time limit in every seed, at steps {steps} (best {bests})" if how == "time limit" else
+                f"diverged in every seed, at steps {steps}" if how == "diverged" else
                 f"hit the budget in every seed ({steps} steps; best {bests})")
     return "; ".join(f"seed {i}: {p}" for i, p in enumerate(parts)) if len(parts) > 1 else parts[0]
 

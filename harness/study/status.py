@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from harness.metrics import ending_words, run_ending
 from harness.study import progress
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
@@ -68,18 +69,11 @@ def trial_state(trial: Trial, seen: dict | None, driver_alive: bool) -> dict:
 
 
 def ending(m: dict, step: int) -> tuple[str, str]:
-    """How a finished trial ended, from its final metrics (as the report reads them, harness/report/common.py):
-    (one of "diverged", "rule", "budget", "time limit", "fixed steps"; the words for it)."""
-    best = int(m.get("best_step", 0))
-    if m.get("diverged", 0) >= 0.5:
-        return "diverged", f"diverged at step {int(m.get('diverged_step', step))}"
-    if "stopped_by_rule" not in m:
-        return "fixed steps", f"ran its {step} steps (no patience rule)"
-    if m["stopped_by_rule"] >= 0.5:
-        return "rule", f"stopped by the rule at step {step} (best {best})"
-    if m.get("hit_budget", 1.0) >= 0.5:
-        return "budget", f"hit the budget of {step} steps " + ("while improving" if best == step else f"(best {best})")
-    return "time limit", f"stopped by its time limit at step {step} (best {best})"
+    """How a finished trial ended, from its final metrics, read as the report reads them (metrics.run_ending):
+    (one of metrics.ENDINGS or "fixed steps"; the words for it)."""
+    how = run_ending(m) or "fixed steps"
+    at = int(m.get("diverged_step", step)) if how == "diverged" else step
+    return how, ending_words(how, at, int(m.get("best_step", 0)))
 
 
 def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> dict:
