@@ -127,9 +127,18 @@ class StudyTracking:
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
         return run.info.run_id
 
-    def reopen_parent(self, run_id: str, resumes: int) -> None:
+    def reopen_parent(self, run_id: str, resumes: int, command: str = "") -> None:
+        """Mark the parent running again for its `resumes`-th --resume, made by `command` (tag `command_last`;
+        `command` stays the first invocation's)."""
         self.client.update_run(run_id, status="RUNNING")
-        self.client.log_batch(run_id, tags=[RunTag("resumed", "true"), RunTag("resume_count", str(resumes))])
+        self.client.log_batch(run_id, tags=[RunTag("resumed", "true"), RunTag("resume_count", str(resumes)),
+                                            *([RunTag("command_last", command[:5000])] if command else [])])
+
+    def log_prepare_seconds(self, run_id: str, seconds: float, invocation: int) -> None:
+        """The driver's data preparation before the trials (BPE, a first corpus) in this invocation (metric
+        prepare_seconds, step = the invocation): part of its wall time, outside the overhead account."""
+        self.client.log_batch(run_id, metrics=[Metric("prepare_seconds", float(seconds), int(time.time() * 1000),
+                                                      invocation)])
 
     def log_invocation_wall(self, run_id: str, seconds: float, invocation: int) -> None:
         """This invocation's wall time so far (metric invocation_wall_seconds, step = the invocation: 0 the
@@ -362,9 +371,10 @@ def _latest_per_step(history) -> list[tuple[int, float, int]]:
 
 def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dict | None:
     """Where the latest invocation of a study's profile (of one name, `run --name`, or the unnamed ones) stands,
-    for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command', 'rows', 'seeds' (as it
-    ran), 'wall_seconds', 'last_heard_ms' (the latest of its driver's heartbeat and its running trials' logged
-    steps; None: nothing yet)}, 'trials': {trial key: {'status', 'config_hash', 'reason' (a failed trial's),
+    for `python -m harness status`: {'parent': {'run_id', 'status', 'version', 'command' (the latest
+    invocation's: a --resume's where it was resumed), 'rows', 'seeds' (as it ran), 'wall_seconds',
+    'last_heard_ms' (the latest of its driver's heartbeat and its running trials' logged steps; None: nothing
+    yet)}, 'trials': {trial key: {'status', 'config_hash', 'reason' (a failed trial's),
     'metrics' (last values), 'step' (the last training step logged), 'dev_ppl' ([(step, PPL)] in step order, one
     per step), 'start', 'end'}}}. None when the store has no such invocation."""
     client = MlflowClient(uri)
@@ -390,7 +400,8 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
                        "metrics": dict(m), "step": max((s for s, _, _ in losses), default=0), "dev_ppl": dev,
                        "start": run.info.start_time, "end": run.info.end_time}
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
-                       "version": parent.data.tags.get("version", ""), "command": parent.data.tags.get("command", ""),
+                       "version": parent.data.tags.get("version", ""),
+                       "command": parent.data.tags.get("command_last") or parent.data.tags.get("command", ""),
                        "rows": parent.data.params.get("rows", ""), "seeds": parent.data.params.get("seeds", ""),
                        "wall_seconds": wall, "last_heard_ms": heard},
             "trials": trials}

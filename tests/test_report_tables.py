@@ -79,6 +79,9 @@ def log_table1(client):
     return parent
 
 
+T2_RESUMED = "python -m harness run studies/table2.yaml --profile tiny --resume --set resources.cpu=1"
+
+
 def log_table2(client):
     exp, parent = start(client, "table2", "base,big,base_enfr,big_enfr")
     for i, (row, seed, status, bleu, tok, dev_ppl, test_ppl, secs, flops) in enumerate(T2):
@@ -104,8 +107,9 @@ def log_table2(client):
               reason=None if status == "FINISHED" else T2_FAILURE)
     # Two invocations (the study resumed once), each timing itself: 3000 s, then 4200 s
     client.log_batch(parent, metrics=[Metric("invocation_wall_seconds", v, T0, step)
-                                      for step, v in ((0, 1500.0), (0, 3000.0), (1, 4200.0))],
-                     tags=[RunTag("resume_count", "1")])
+                                      for step, v in ((0, 1500.0), (0, 3000.0), (1, 4200.0))]
+                     + [Metric("prepare_seconds", 12.0, T0, 1)],
+                     tags=[RunTag("resume_count", "1"), RunTag("command_last", T2_RESUMED)])
     finish(client, parent, len(T2), 1)
     return parent
 
@@ -262,7 +266,9 @@ def test_table2_paper_and_ours(reports):
     assert "| 800 | 5 / 5 | 10.5 | 0.05 | 3.15e+13 | 6.30e+12 | 20.0 % |" in base
     assert f"| EN-DE | {paper_base['bleu_en_de']:g} | {paper_base['cost_en_de']:.1e} |" in base
     assert base.endswith("| stopped by the rule in every seed, at steps 800/800 (best 600/600) |")
-    assert "- wall time 2.00 h over 2 invocations (the last 321 s)" in text
+    assert "- wall time 2.00 h over 2 invocations (the last 321 s, of it data preparation 12 s)" in text
+    first = "python -m harness run studies/table2.yaml --profile tiny"
+    assert f"- command: `{first}`; its latest --resume: `{T2_RESUMED}`" in text
     assert f"- CPU time of the trials: {2 * 3360 / 3600:.2f} CPU-hours" in text
     # big_enfr ran without the rule: neither stopped by it nor at its budget
     assert ("- the patience rule stopped 2 of the 3 finished trials that trained under it (66.6 %); 1 hit the step "

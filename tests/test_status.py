@@ -214,3 +214,17 @@ def test_status_reads_the_rows_and_seeds_the_invocation_ran(store, capsys, tmp_p
     assert main(["status", "mini.yaml"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines()[2:-3]] == ["C1-s0"] and "1 trial: 1 pending" in out
+
+
+def test_the_command_to_continue_is_the_latest_resumes_with_its_own_sets(store):
+    # The study was resumed with a --set its first invocation lacked: `status` offers the resume's command, and the
+    # parent keeps the first one as `command` (the report prints both).
+    from harness.tracking import StudyTracking
+    study, uri, client, parent = store
+    later = COMMAND + " --resume --set resources.cpu=1"
+    StudyTracking(uri, "mini").reopen_parent(parent, 1, later)
+    client.set_terminated(parent, "KILLED")
+    tags = client.get_run(parent).data.tags
+    assert tags["command"] == COMMAND and tags["command_last"] == later and tags["resume_count"] == "1"
+    status = study_status(study, study_snapshot(uri, "mini", "tiny"))
+    assert render(status).splitlines()[-1].startswith(f"not running (interrupted); `{later}` continues it")

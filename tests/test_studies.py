@@ -487,6 +487,12 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     from harness.tracking import metric_history, study_wall_seconds
     beats = metric_history(uri, parents[0].info.run_id, "invocation_wall_seconds")
     assert {step for step, _ in beats} == {0, 1}
+    # ... their data preparation too, inside that wall time; the parent keeps the first command and the resume's
+    prep = metric_history(uri, parents[0].info.run_id, "prepare_seconds")
+    assert {step for step, _ in prep} == {0, 1} and all(v >= 0 for _, v in prep)
+    assert "(data preparation " in again.stdout, again.stdout
+    tags = parents[0].data.tags
+    assert "--resume" not in tags["command"] and tags["command_last"].endswith("--resume"), tags
     assert study_wall_seconds(uri, parents[0].info.run_id) == pytest.approx(
         sum(max(v for s, v in beats if s == step) for step in (0, 1)))
     # Each trial's CPU time: its loop and final evaluation, times its threads (2 here)

@@ -244,22 +244,26 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
     cpu = (runs["metrics.cpu_seconds"].sum()
            if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() else None)
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
+    prep = f"data preparation {metrics['prepare_seconds']:.0f} s" if metrics.get("prepare_seconds") else ""
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
              *(_caption_note(results) if caption and paper_caption else []),
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
              provenance_line(parent), "",
-             f"- command: `{tags.get('command', '?')}`",
+             f"- command: `{tags.get('command', '?')}`" + (
+                 f"; its latest --resume: `{tags['command_last']}`"
+                 if tags.get("command_last") and tags["command_last"] != tags.get("command") else ""),
              f"- git SHA: `{tags.get('git_sha', '?')}`, uncommitted changes: {tags.get('git_dirty', '?')}",
              f"- study version {tags.get('version', '?')}, profile `{tags.get('profile', '?')}`, "
              f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
              *_versions_line(tags, runs),
              f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
              f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
-             f"- wall time {num(wall, '{:.0f}')} s, Ray + MLflow overhead share "
+             f"- wall time {num(wall, '{:.0f}')} s{f' ({prep})' if prep else ''}, Ray + MLflow overhead share "
              f"{num(None if share is None else 100 * share, '{:.1f}')} %"]
     if total is not None and (wall is None or total > wall + 1):
         lines[-1] = (f"- wall time {total / 3600:.2f} h over {int(tags.get('resume_count', '0')) + 1} invocations "
-                     f"(the last {num(wall, '{:.0f}')} s), Ray + MLflow overhead share of the last "
+                     f"(the last {num(wall, '{:.0f}')} s{f', of it {prep}' if prep else ''}), "
+                     "Ray + MLflow overhead share of the last "
                      f"{num(None if share is None else 100 * share, '{:.1f}')} %")
     if cpu is not None:
         lines.append(f"- CPU time of the trials: {cpu / 3600:.2f} CPU-hours (each trial's wall time, across its "

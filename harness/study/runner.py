@@ -283,15 +283,17 @@ def run_study(request: StudyRequest) -> int:
         _summary(tracking, parent.info.run_id, study)
         return 0
     kind = KINDS[study.kind]
+    t_start = time.perf_counter()            # the wall time counts the data's preparation (BPE, a first corpus)
     kind.prepare(todo)                       # data first, once in the driver
-
-    t_start = time.perf_counter()
+    prep_seconds = time.perf_counter() - t_start
     sha, dirty = git_state()
     tags = {"study": study.name, "version": study.version, "profile": study.profile, "git_sha": sha,
             "git_dirty": dirty, "mlflow.source.git.commit": sha, **hardware_tags(), **versions(),
             **({VARIANT_TAG: name} if name else {})}
     parent_id, run_dir = _open_parent(tracking, study, parent, tags, str(args.runs_dir), len(todo),
                                       args.command_line())
+    tracking.log_prepare_seconds(parent_id, prep_seconds, 0 if parent is None else
+                                 int(parent.data.tags.get("resume_count", "0")) + 1)
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
@@ -308,7 +310,7 @@ def run_study(request: StudyRequest) -> int:
             tracking.end_parent(parent_id, "KILLED", {}, {})
         raise
     return _close(tracking, parent_id, study, results, interrupted, concurrency, ray_seconds,
-                  time.perf_counter() - t_start, name)
+                  time.perf_counter() - t_start, name, prep_seconds)
 
 
 def _selection(args) -> tuple[list[str] | None, list[int] | None]:
@@ -386,18 +388,20 @@ def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs
     parent_id = parent.info.run_id
     run_dir = Path(parent.data.tags["run_dir"])
     check_writable(run_dir, "the resumed study's run directory", "give a writable directory with --runs-dir")
-    tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1)
+    tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1, command)
     print(f"resuming {study.name} (MLflow run {parent_id}): {n_todo} of {len(study.trials)} trials left")
     return parent_id, run_dir
 
 
 def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[dict], interrupted: bool,
-           concurrency: int, ray_seconds: float, wall: float, name: str = "") -> int:
+           concurrency: int, ray_seconds: float, wall: float, name: str = "", prep_seconds: float = 0.0) -> int:
     """Account for the time, end the parent run (KILLED when interrupted, FAILED when a trial failed) and
-    say what to do next; the exit status."""
+    say what to do next; the exit status. `wall` counts the data's preparation (`prep_seconds`), which the
+    overhead account leaves out: it is the study's work, done once in the driver before any trial."""
     done, failed = _summary(tracking, parent_id, study)
-    cost = overhead_account(results, wall, concurrency)
-    print(f"\nwall {wall:.1f} s, {concurrency} trial(s) at a time; trials' own work {cost['work']:.1f} s; "
+    cost = overhead_account(results, wall - prep_seconds, concurrency)
+    print(f"\nwall {wall:.1f} s (data preparation {prep_seconds:.1f} s), {concurrency} trial(s) at a time; "
+          f"trials' own work {cost['work']:.1f} s; "
           f"Ray start and stop {ray_seconds:.1f} s; Ray + MLflow overhead {100 * cost['overhead_share']:.1f} % "
           f"of the slots' time (slots idle while trials waited {cost['waiting']:.1f} s, MLflow in trials "
           f"{cost['mlflow']:.1f} s, driver outside trials {cost['driver']:.1f} s); slots idle after the last "
