@@ -232,6 +232,7 @@ def test_the_index_gives_each_report_its_cost():
     assert _cost(one) == "1 of 1 stopped by the patience rule · "
     assert _cost("- wall time 5521 s, Ray + MLflow overhead share 0.4 %") == "1.53 h wall · "
     assert _cost("- wall time 1565 s, Ray") == "26.1 min wall · " and _cost("no provenance") == ""
+    assert _cost("- wall time 1565 s (data preparation 12 s), Ray") == "26.1 min wall · "
 
 
 def test_the_index_headline_counts_in_the_singular_and_the_plural():
