@@ -469,3 +469,40 @@ def test_report_check_compares_a_regenerated_report_with_the_committed_one_and_w
     assert f"{out / 'table3_knobs.png'}: absent" in said and "2 file(s) under" in said
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before          # nothing written there
     assert {a.path for a in client.list_artifacts(ids["table3"], "report")} == published    # nor to MLflow
+
+
+TABLE3_ROWS = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "D1", "D2",
+               "Dbase", "D3", "D4", "E", "P0", "big"]
+
+
+def test_learning_curves_past_ten_rows_are_drawn_by_group_against_the_base():
+    from harness.report.common import curve_panels
+    # Table 3's rows by letter (Dbase with D), a letter of one row (E, P0) with the others, the base in none
+    assert curve_panels(TABLE3_ROWS) == [["A1", "A2", "A3", "A4"], ["B1", "B2"],
+                                         ["C1", "C2", "C3", "C4", "C5", "C6", "C7"], ["D1", "D2", "Dbase", "D3", "D4"],
+                                         ["E", "P0", "big"]]
+    named = ["base", "rope", "prenorm", "rmsnorm", "swiglu", "gqa", "all", "W4", "W8", "W12", "x", "y"]
+    assert curve_panels(named) == [["W4", "W8", "W12"], ["rope", "prenorm", "rmsnorm", "swiglu"],
+                                   ["gqa", "all", "x", "y"]]                  # 8 of no letter: two even pieces
+    depth = [f"{norm}{n}{warm}" for n in (6, 12, 24) for norm in ("post", "pre") for warm in ("", "_nowarmup")]
+    assert curve_panels(depth) == [["post6_nowarmup", "pre6", "pre6_nowarmup"],      # no base: the first row's
+                                   ["post12", "post12_nowarmup", "pre12", "pre12_nowarmup"],
+                                   ["post24", "post24_nowarmup", "pre24", "pre24_nowarmup"]]
+
+
+def test_a_22_row_study_draws_a_pair_of_panels_a_group(tmp_path, monkeypatch):
+    from harness import tracking
+    from harness.report.common import plot_learning_curves
+    hist, recs = {}, []
+    for i, row in enumerate(TABLE3_ROWS):
+        for seed in range(2):
+            rid = f"{row}-{seed}"
+            hist[(rid, "train_loss")] = [(s, 6.0 - s / 400 - 0.01 * i) for s in range(50, 1601, 50)]
+            hist[(rid, "dev_ppl")] = [(s, 30.0 / (1 + s / 200) + 0.1 * i) for s in range(200, 1601, 200)]
+            recs.append({"run_id": rid, "tags.row": row, "status": "FINISHED", "tags.profile": "tiny"})
+    monkeypatch.setattr(tracking, "metric_history", lambda uri, rid, key: hist.get((rid, key), []))
+    runs = pd.DataFrame(recs)
+    grouped = imread(plot_learning_curves("table3", runs, TABLE3_ROWS, "x", tmp_path / "all.png"))
+    one = imread(plot_learning_curves("table3", runs, TABLE3_ROWS[:6], "x", tmp_path / "six.png"))
+    # five groups of two panels stack into a tall figure; six rows keep the one wide pair
+    assert grouped.shape[0] > 1.2 * grouped.shape[1] and one.shape[0] < 0.5 * one.shape[1]

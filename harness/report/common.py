@@ -852,39 +852,99 @@ def diverged_curve(hist: list[tuple[int, float]], start: float) -> list[tuple[in
     return [(s, v) for s, v in hist if not (s == last and s > 0 and math.isclose(v, float(start)))]
 
 
+# Up to this many rows share one pair of panels; past it, a study's rows are drawn in groups (`curve_panels`).
+_ONE_PANEL_ROWS = 10
+_GROUP_ROWS = 7
+
+
+def curve_panels(order: list[str], most: int = _GROUP_ROWS) -> list[list[str]]:
+    """The rows of a learning-curve figure in panels of at most `most` rows, the base ("base", or the first row)
+    left out (it is drawn in every panel): rows named as the paper's Table 3 names them (a capital letter and a
+    number, or the letter and `base`: A1, C4, Dbase) by their letter, other names with a number by it (the depth
+    study's post12, pre12_nowarmup), the rest (and a key's only row) together in study order; a group larger than
+    `most` is cut into even pieces in study order."""
+    ref = "base" if "base" in order else order[0]
+    by, rest = {}, []
+    for row in order:
+        if row == ref:
+            continue
+        m = re.fullmatch(r"([A-Z])(\d+|base)", row)
+        n = re.search(r"\d+", row)
+        key = m[1] if m else f"#{n[0]}" if n else None
+        (by.setdefault(key, []) if key else rest).append(row)
+    alone = {g[0] for g in by.values() if len(g) == 1}            # a key of one row joins the rest (P0)
+    rest = [row for row in order if row in alone or row in rest]
+    groups = [g for g in (*(g for g in by.values() if len(g) > 1), rest) if g]
+    cut = [math.ceil(len(g) / math.ceil(len(g) / most)) for g in groups]      # even pieces: 8 rows as 4 + 4
+    return [g[i:i + n] for g, n in zip(groups, cut) for i in range(0, len(g), n)]
+
+
+def _curves(uri: str, run: pd.Series) -> dict[str, list[tuple[int, float]]]:
+    """A run's training loss and dev PPL as (step, value) in step order; a diverged run's dev PPL without the
+    start it was scored as."""
+    out = {}
+    for key in ("train_loss", "dev_ppl"):
+        hist = sorted(tracking.metric_history(uri, run["run_id"], key))
+        if hist and key == "dev_ppl" and run.get("metrics.diverged") == 1:
+            hist = diverged_curve(hist, run.get("metrics.dev_ppl_start"))
+        out[key] = hist
+    return out
+
+
+def _draw_row(axes, seeds: list[tuple[pd.Series, dict]], label: str, style: dict) -> None:
+    """One row's seeds on a (train loss, dev PPL) pair of axes: one line a seed, unfinished seeds dashed (they
+    are not in the table's means), an x where a run stopped as diverged; the legend names the row once."""
+    for i, (run, curves) in enumerate(seeds):
+        ok, gone = run["status"] == "FINISHED", run.get("metrics.diverged") == 1
+        for ax, key in zip(axes, ("train_loss", "dev_ppl")):
+            if not curves[key]:
+                continue
+            steps, values = zip(*curves[key])
+            ax.plot(steps, values, color=style["color"], ls=style["ls"] if ok else "--", lw=style.get("lw", 1),
+                    marker=style["marker"] if key == "dev_ppl" else None,
+                    markevery=max(1, len(steps) // 8), ms=3, label=label if i == 0 and key == "dev_ppl" else None)
+            if gone and key == "dev_ppl":
+                ax.plot(steps[-1:], values[-1:], color=style["color"], marker="x", ms=7, ls="none")
+
+
 def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> Path:
-    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one colour per row (and, past
-    ten rows, a line style and marker per block of ten), one line per seed, the legend outside the panels:
-    whether each row converged is read off the right panel; an x where a run stopped as diverged."""
-    fig = Figure(figsize=(12.5, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for j, row in enumerate(order):
-        seeds = runs[runs["tags.row"].astype(str) == row]
-        seeds = seeds.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")  # legend: solid
-        style = series_style(j)
-        for i, (_, run) in enumerate(seeds.iterrows()):
-            ok = run["status"] == "FINISHED"   # unfinished seeds dashed: they are not in the table's means
-            gone = run.get("metrics.diverged") == 1        # a metric: a float, NaN where not logged
-            for ax, key in zip(axes, ("train_loss", "dev_ppl")):
-                hist = tracking.metric_history(uri, run["run_id"], key)
-                if hist and key == "dev_ppl" and gone:
-                    hist = diverged_curve(hist, run.get("metrics.dev_ppl_start"))
-                if hist:
-                    steps, values = zip(*sorted(hist))
-                    marker = style["marker"] if len(order) > 10 or key == "dev_ppl" else None
-                    ax.plot(steps, values, color=style["color"], ls=style["ls"] if ok else "--",
-                            lw=1, marker=marker, markevery=max(1, len(steps) // 8), ms=3,
-                            label=row if i == 0 and key == "dev_ppl" else None)
-                    if gone and key == "dev_ppl":     # where it stopped as diverged
-                        ax.plot(steps[-1:], values[-1:], color=style["color"], marker="x", ms=7, ls="none")
-    title = plot_title(study, runs)
-    axes[0].set(xlabel="training step", ylabel="train loss (label-smoothed)", title=f"{title}: training loss")
-    axes[1].set(xlabel="training step", ylabel="dev PPL (log scale)", yscale="log",
-                title=f"{title}: dev perplexity during training")
-    plain_log_labels(axes[1].yaxis)
-    handles, labels = axes[1].get_legend_handles_labels()
-    if handles:      # one legend for both panels, outside them
-        fig.legend(handles, labels, loc="outside right upper", fontsize=7, ncol=1 + len(labels) // 24)
+    """Training loss (left) and dev PPL every eval_every steps (right, log scale), one line per seed: whether each
+    row converged is read off the right panel. Up to ten rows share one pair of panels, one colour per row; more
+    (Table 3's 22) are drawn a pair of panels per group of rows (`curve_panels`: A, B, C, D, the rest), each with
+    the base in black for reference and its own legend outside the panels, every panel on the same y axis."""
+    def seeds_of(row: str) -> list[tuple[pd.Series, dict]]:
+        rows = runs[runs["tags.row"].astype(str) == row]
+        rows = rows.sort_values("status", key=lambda st: st != "FINISHED", kind="stable")   # legend: solid
+        return [(run, _curves(uri, run)) for _, run in rows.iterrows()]
+    groups = [order] if len(order) <= _ONE_PANEL_ROWS else curve_panels(order)
+    ref = None if len(groups) == 1 else ("base" if "base" in order else order[0])
+    fig = Figure(figsize=(12.5, 4.8 if len(groups) == 1 else 3.1 * len(groups) + 0.6), layout="constrained")
+    grid = fig.subplots(len(groups), 2, sharey="col", squeeze=False)      # each group its own steps (big: 3x)
+    title, drawn = plot_title(study, runs), {}
+    for axes, group in zip(grid, groups):
+        if ref is not None:
+            drawn.setdefault(ref, seeds_of(ref))
+            _draw_row(axes, drawn[ref], ref, {"color": "black", "ls": "-", "marker": "o", "lw": 1.6})
+        for j, row in enumerate(group):
+            drawn.setdefault(row, seeds_of(row))
+            _draw_row(axes, drawn[row], row, series_style(j))
+        if ref is not None:
+            axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+            axes[0].set_title(f"{', '.join(group)}: training loss", fontsize=9)
+            axes[1].set_title(f"{', '.join(group)}: dev perplexity", fontsize=9)
+        axes[0].set_ylabel("train loss (label-smoothed)")
+        axes[1].set(ylabel="dev PPL (log scale)", yscale="log")
+    for ax in grid.flat:
+        ax.set_xlabel("training step")
+    if ref is None:
+        grid[0][0].set_title(f"{title}: training loss")
+        grid[0][1].set_title(f"{title}: dev perplexity during training")
+        handles, labels = grid[0][1].get_legend_handles_labels()
+        if handles:      # one legend for both panels, outside them
+            fig.legend(handles, labels, loc="outside right upper", fontsize=7, ncol=1 + len(labels) // 24)
+    else:
+        fig.suptitle(f"{title}: learning curves by group of rows, the base ({ref}) in black in each")
+    plain_log_labels(grid[0][1].yaxis)
     return save_png(fig, path)
 
 
