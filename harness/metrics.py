@@ -55,6 +55,12 @@ CORE: tuple[Metric, ...] = (
     Metric("attn_ms", "lower", "attention ln ms", claim="attn_log_ms", transform="log"),
     Metric("attn_mem_bytes", "lower", "attention memory (bytes)", claim="attn_mem"),
     Metric("offset_residual", "lower", "held-out residual of PE_pos -> PE_pos+k", claim="offset_residual"),
+    # §4's convolutions: the exponent in the kernel width k of a convolution's cost over a recurrent layer's, and of
+    # a convolution's over its separable form's, counted (forward FLOPs) and timed (forward + backward).
+    Metric("conv_k_exp_flops", "", "exponent in k, conv / recurrent FLOPs", claim="conv_k_exp_flops"),
+    Metric("conv_k_exp_time", "", "exponent in k, conv / recurrent time", claim="conv_k_exp_time"),
+    Metric("sep_gain_exp_flops", "", "exponent in k, conv / separable FLOPs", claim="sep_gain_exp_flops"),
+    Metric("sep_gain_exp_time", "", "exponent in k, conv / separable time", claim="sep_gain_exp_time"),
     # The inference study (harness/probes/inference.py, summary_metrics): decode tokens/s at the last point, the
     # cache over a full-head cache's beside kv heads / query heads, and decode's gain from batching over prefill's.
     Metric("decode_tok_s_last", "higher", "decode tokens/s (largest batch, longest source)", claim="decode_tok_s"),

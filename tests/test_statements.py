@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness.probes.statement_spec import StatementSpec
-from harness.probes.statements import crossing, measure, offset_fit, position_table
+from harness.probes.statements import crossing, exponent, measure, offset_fit, position_table
 from tests.helpers import assert_titled_by_study, record_figures
 
 
@@ -52,6 +52,24 @@ def test_additive_scores_build_a_tensor_d_k_times_the_dot_products():
     assert additive["attn_mem_bytes"] >= 2 * 2 * 6 * 6 * 8 * 4 > dot["attn_mem_bytes"]
 
 
+def test_a_convolution_costs_k_times_a_recurrent_layer_and_its_separable_form_removes_most_of_k():
+    """§4's arithmetic as the counter sees the layers' forwards: 2 k n d^2 (a convolution) against 4 n d^2 (nn.RNN:
+    the input's and the hidden state's products) and 2 n d (k + d) (depthwise, then pointwise)."""
+    d, n, batch = 32, 8, 2
+    out = measure(StatementSpec(measure="conv_cost", d=d, n=n, batch=batch, ks=(3, 5, 9), repeats=1, warmup=0,
+                                device="cpu"))
+    for p in out["points"]:
+        assert p["conv_flops"] == 2 * p["k"] * n * d * d * batch
+        assert p["separable_flops"] == 2 * n * d * (p["k"] + d) * batch
+        assert p["recurrent_flops"] == 4 * n * d * d * batch
+        assert p["conv_s"] > 0 and p["separable_s"] > 0 and p["recurrent_s"] > 0
+    m = out["metrics"]
+    assert m["conv_k_exp_flops"] == pytest.approx(1.0)
+    gain = [k * d / (k + d) for k in (3, 5, 9)]                      # conv / separable
+    assert m["sep_gain_exp_flops"] == pytest.approx(exponent([3, 5, 9], gain)) and 0.8 < m["sep_gain_exp_flops"] < 1
+    assert exponent([2, 4, 8], [3, 12, 48]) == pytest.approx(2.0)
+
+
 def test_bad_statement_settings_are_refused():
     with pytest.raises(ValueError, match="measure 'crosover' is not one of .*did you mean crossover"):
         StatementSpec(measure="crosover").validate()
@@ -59,6 +77,8 @@ def test_bad_statement_settings_are_refused():
         StatementSpec(factors=(2.0, 1.0, 4.0)).validate()
     with pytest.raises(ValueError, match="divisible by heads"):
         StatementSpec(measure="multi_head", d_model=30, heads=8).validate()
+    with pytest.raises(ValueError, match="ks must be at least 2 increasing integers >= 2"):
+        StatementSpec(measure="conv_cost", ks=(5, 3)).validate()
 
 
 def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatch):
@@ -84,17 +104,23 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatc
     drawn = record_figures(monkeypatch)
     paths = write_report("statements", tmp_path / "reports", uri)
     assert_titled_by_study(drawn, ["statements"])
-    assert {name for name, _ in drawn} == {"statements_crossover.png", "statements_offsets.png"}
+    assert {name for name, _ in drawn} == {"statements_crossover.png", "statements_offsets.png",
+                                           "statements_convolutions.png"}
     text = (tmp_path / "reports" / "statements.md").read_text()
-    for heading in ("## §4: where self-attention", "## §3.2.2", "## §3.2.1", "## §3.5", "## Claims"):
+    for heading in ("## §4: where self-attention", "## §3.2.2", "## §3.2.1", "## §3.5", "## §4: convolutions",
+                    "## Claims"):
         assert heading in text, heading
     assert {p.name for p in paths} >= {"statements.md", "statements.csv", "statements_crossover.png",
                                        "statements_offsets.png"}
     assert "![statements_crossover](statements_crossover.png)" in text
     for claim in ("self_attention_faster_when_n_below_d", "multi_head_costs_as_single_head",
                   "multi_head_time_as_single_head", "dot_product_faster_than_additive", "sinusoid_offset_is_linear",
-                  "learned_offset_is_not_linear"):
+                  "learned_offset_is_not_linear", "conv_costs_k_times_recurrent", "conv_time_k_times_recurrent",
+                  "separable_conv_removes_k", "separable_conv_removes_k_time"):
         line = next(x for x in text.splitlines() if f"`{claim}`" in x)
         assert "**not run**" not in line, line           # every claim read its rows' metrics
     sinusoid = next(x for x in text.splitlines() if "`sinusoid_offset_is_linear`" in x)
     assert "**holds**" in sinusoid                   # round-off only, at any size
+    conv = next(x for x in text.splitlines() if "`conv_costs_k_times_recurrent`" in x)
+    assert "**holds**" in conv                       # the forward FLOPs grow as k at any size
+    assert "![statements_convolutions](statements_convolutions.png)" in text

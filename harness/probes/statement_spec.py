@@ -12,6 +12,9 @@ Measures (`measure:`):
   offset           §3.5: for offsets k = 1..max_offset, the least-squares linear map from PE_pos to PE_pos+k,
                    fitted on the even positions and tested on the odd ones, in float64, for the sinusoid or a
                    learned table (`embedding`).
+  conv_cost        §4: a convolutional layer of kernel width k (each of `ks`), its separable form (depthwise k, then
+                   pointwise 1 x 1) and a recurrent layer, at width d over n positions: counted forward FLOPs and
+                   measured forward + backward time, and how each cost ratio grows with k (its exponent in k).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 from harness.errors import suggest
 
-MEASURES = ("crossover", "multi_head", "dot_vs_additive", "offset")
+MEASURES = ("crossover", "multi_head", "dot_vs_additive", "offset", "conv_cost")
 RECURRENT = ("rnn_torch", "rnn_loop")
 SCORES = ("scaled", "additive")
 EMBEDDINGS = ("sinusoid", "learned")
@@ -48,6 +51,8 @@ class StatementSpec:
     positions: int = 1024                           # PE rows used: pos = 0 .. positions - 1 (and pos + k)
     max_offset: int = 50
     embedding: str = "sinusoid"                     # sinusoid | learned (the model's table at initialization)
+    # conv_cost (with d, n, batch and recurrent)
+    ks: tuple[int, ...] = (3, 5, 9, 17)             # the kernel widths k, each measured
     # timing
     repeats: int = 5                                # timed blocks; each point keeps its fastest (scaling.py)
     warmup: int = 2
@@ -76,6 +81,9 @@ class StatementSpec:
         if not isinstance(self.d_ks, (list, tuple)) or not self.d_ks or \
                 any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in self.d_ks):
             raise ValueError(f"d_ks must be a non-empty list of positive integers, got {self.d_ks!r}")
+        if not isinstance(self.ks, (list, tuple)) or len(self.ks) < 2 or list(self.ks) != sorted(set(self.ks)) or \
+                any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in self.ks):
+            raise ValueError(f"ks must be at least 2 increasing integers >= 2 (kernel widths), got {self.ks!r}")
         if self.measure == "multi_head" and self.d_model % self.heads:
             raise ValueError(f"d_model {self.d_model} must be divisible by heads {self.heads}")
         if self.measure == "offset" and (self.d % 2 or self.positions < 4 * self.max_offset):
@@ -92,4 +100,5 @@ METRICS = {
     "multi_head": ("mh_flops_ratio", "mh_time_ratio"),
     "dot_vs_additive": ("attn_ms", "attn_mem_bytes"),
     "offset": ("offset_residual",),
+    "conv_cost": ("conv_k_exp_flops", "conv_k_exp_time", "sep_gain_exp_flops", "sep_gain_exp_time"),
 }

@@ -28,6 +28,22 @@ from harness.system import resolve_device
 Point = Callable[[dict], None]
 
 
+def forward_flops(module: nn.Module, x: torch.Tensor) -> int:
+    """FLOPs of one forward of module(x), as torch's FlopCounterMode counts them. (Its backward formula for a
+    convolution ignores `groups` in the weight gradient, so a depthwise convolution's backward is counted as a
+    full one's: conv_cost counts forwards only.)"""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(x)
+    return int(counter.get_total_flops())
+
+
+def exponent(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of log y on log x: y grows as x to this power."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
 def counted_flops(module: nn.Module, x: torch.Tensor) -> int:
     """FLOPs of one forward and backward of module(x), as torch's FlopCounterMode counts them."""
     x = x.detach().clone().requires_grad_(True)
@@ -209,6 +225,39 @@ def offset(spec: StatementSpec, seed: int, on_point: Point) -> dict:
                         "offset_residual_halves": max(p["residual_halves"] for p in points)}}
 
 
+def conv_cost(spec: StatementSpec, device: torch.device, on_point: Point) -> dict:
+    """§4: "Convolutional layers are generally more expensive than recurrent layers, by a factor of k. Separable
+    convolutions [...] decrease the complexity considerably, to O(k · n · d + n · d^2)." At width d over n
+    positions, for each kernel width k: a convolution (Table 1's, scaling.py's CausalConv), its separable form and
+    a recurrent layer, counted forward FLOPs and measured forward + backward time; the exponents in k of conv /
+    recurrent (the paper: 1) and of conv / separable (1 where d >> k: the separable form removes the factor k)."""
+    d, B, n = spec.d, spec.batch, spec.n
+    torch.manual_seed(0)
+    x = torch.randn(B, n, d, device=device)
+    rec_flops = forward_flops(make_layer(spec.recurrent, d), x.cpu())
+    rec_s = fwd_bwd_seconds(make_layer(spec.recurrent, d).to(device), x, spec.repeats, spec.warmup)
+    points = []
+    for k in spec.ks:
+        conv, sep = make_layer("conv", d, k=k), make_layer("conv_separable", d, k=k)
+        point = {"k": k, "conv_flops": forward_flops(conv, x.cpu()), "separable_flops": forward_flops(sep, x.cpu()),
+                 "recurrent_flops": rec_flops,
+                 "conv_s": fwd_bwd_seconds(conv.to(device), x, spec.repeats, spec.warmup),
+                 "separable_s": fwd_bwd_seconds(sep.to(device), x, spec.repeats, spec.warmup), "recurrent_s": rec_s}
+        points.append(point)
+        on_point(point)
+    ks = [p["k"] for p in points]
+    last = points[-1]
+    return {"points": points, "recurrent": spec.recurrent,
+            "metrics": {"conv_k_exp_flops": exponent(ks, [p["conv_flops"] / p["recurrent_flops"] for p in points]),
+                        "conv_k_exp_time": exponent(ks, [p["conv_s"] / p["recurrent_s"] for p in points]),
+                        "sep_gain_exp_flops": exponent(ks, [p["conv_flops"] / p["separable_flops"] for p in points]),
+                        "sep_gain_exp_time": exponent(ks, [p["conv_s"] / p["separable_s"] for p in points]),
+                        "conv_over_recurrent_flops": last["conv_flops"] / rec_flops,
+                        "conv_over_recurrent_time": last["conv_s"] / rec_s,
+                        "conv_over_separable_flops": last["conv_flops"] / last["separable_flops"],
+                        "conv_over_separable_time": last["conv_s"] / last["separable_s"], "d": d}}
+
+
 def measure(spec: StatementSpec, seed: int = 0, on_point: Point = lambda p: None) -> dict:
     """One row: its points, its final metrics, the device and the thread count it ran with."""
     device = resolve_device(spec.device)
@@ -220,6 +269,8 @@ def measure(spec: StatementSpec, seed: int = 0, on_point: Point = lambda p: None
             result = multi_head(spec, device, on_point)
         elif spec.measure == "dot_vs_additive":
             result = dot_vs_additive(spec, device, on_point)
+        elif spec.measure == "conv_cost":
+            result = conv_cost(spec, device, on_point)
         else:
             result = offset(spec, seed, on_point)
     return {**result, "measure": spec.measure, "device": str(device), "threads": threads}

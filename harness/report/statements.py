@@ -1,6 +1,7 @@
 """The statements report (studies/statements.yaml): the paper's statements in its text that no table prints, each
 measured: §4's crossover of self-attention and recurrence (with the plot of time against n, n = d marked), §3.2.2's
-multi-head cost, §3.2.1's dot-product against additive attention, §3.5's offset linearity; then the claims. Reads
+multi-head cost, §3.2.1's dot-product against additive attention, §3.5's offset linearity, §4's convolutions against
+recurrence and the separable form; then the claims. Reads
 MLflow only (each point as the trial logged it, step = n, heads, d_k or the offset k)."""
 
 from __future__ import annotations
@@ -279,6 +280,78 @@ def plot_offsets(hist: pd.DataFrame, rows: list[str], path: Path, title: str) ->
     return save_png(fig, path)
 
 
+# ------------------------------------------------------------------------------------------ §4 convolutions
+
+_CONV_KEYS = ("conv_flops", "separable_flops", "recurrent_flops", "conv_s", "separable_s", "recurrent_s")
+
+
+def conv_section(done: pd.DataFrame, uri: str, out_dir: Path, study: str, title: str) -> tuple[list, list, list]:
+    rows = _rows_of(done, "conv_cost")
+    if not rows:
+        return [], [], []
+    hist = _history(uri, done[done["tags.row"].astype(str).isin(rows)], _CONV_KEYS)
+    lines, records = ["## §4: convolutions against recurrence, and the separable form", ""], []
+    for row in rows:
+        d, n = _param(done, row, "d"), _param(done, row, "n")
+        g = hist[hist["row"] == row]
+        body = []
+        for k in sorted(g["step"].unique()) if len(g) else []:
+            at = g[g["step"] == k]
+            body.append([int(k), *(num(at[f].median() / 1e6, "{:,.1f}") for f in _CONV_KEYS[:3]),
+                         *(bracket_cell((1e3 * at[f]).tolist(), "{:.2f}") for f in _CONV_KEYS[3:]),
+                         num(at["conv_flops"].median() / at["recurrent_flops"].median(), "{:.2f}"),
+                         bracket_cell((at["conv_s"] / at["recurrent_s"]).tolist(), "{:.2f}"),
+                         num(at["conv_flops"].median() / at["separable_flops"].median(), "{:.2f}"),
+                         bracket_cell((at["conv_s"] / at["separable_s"]).tolist(), "{:.2f}")])
+        exps = {m: _of(done, row, m) for m in ("conv_k_exp_flops", "conv_k_exp_time", "sep_gain_exp_flops",
+                                               "sep_gain_exp_time")}
+        records.append({"row": row, "measure": "conv_cost", "d": d, **{m: _mean(v) for m, v in exps.items()}})
+        lines += [f"**{row}**: width d {d}, {_param(done, row, 'batch')} sentences of {n} positions, the recurrent "
+                  f"layer `{_param(done, row, 'recurrent')}`. Forward MFLOPs counted; forward + backward ms measured "
+                  "(mean over the seeds, 95 % interval).", "",
+                  *md_table(["k", "conv MFLOPs", "separable MFLOPs", "recurrent MFLOPs", "conv ms", "separable ms",
+                             "recurrent ms", "conv / recurrent, FLOPs", "conv / recurrent, time",
+                             "conv / separable, FLOPs", "conv / separable, time"], body), "",
+                  *md_table(["how the ratio grows with k (exponent)", "counted FLOPs", "measured time"],
+                            [["conv / recurrent (the paper: k^1)", bracket_cell(exps["conv_k_exp_flops"], "{:.3f}"),
+                              bracket_cell(exps["conv_k_exp_time"], "{:.2f}")],
+                             ["conv / separable (the paper: k^1 where d >> k)",
+                              bracket_cell(exps["sep_gain_exp_flops"], "{:.3f}"),
+                              bracket_cell(exps["sep_gain_exp_time"], "{:.2f}")]]), ""]
+    lines += ["The convolution is Table 1's (harness/probes/scaling.py: causal, kernel width k, d channels in and "
+              "out), its separable form a depthwise convolution of width k followed by a pointwise (1 × 1) one, the "
+              "recurrent layer one tanh step per position. The exponent is the least-squares slope of log ratio on "
+              "log k. FLOPs are the forward's: torch's FlopCounterMode counts a grouped (depthwise) convolution's "
+              "weight gradient as if it were a full convolution's, d times too many, so the backward is left out of "
+              "the count (it is twice the forward for every layer here). The recurrent layer's cost does not depend "
+              "on k, so conv / recurrent grows as the convolution's own cost; conv / separable grows as k d / (k + d), "
+              "nearly k^1 where d is large against k.", ""]
+    plot = plot_conv(hist, rows, out_dir / f"{study}_convolutions.png", title)
+    return lines + [f"![{plot.stem}]({plot.name})", ""], records, [plot]
+
+
+def plot_conv(hist: pd.DataFrame, rows: list[str], path: Path, title: str) -> Path:
+    """Counted forward FLOPs (left) and measured forward + backward time (right) against k, the three layers, the
+    median over seeds; one pair of panels a row."""
+    fig = Figure(figsize=(10, 4.2 * len(rows)), layout="constrained")
+    axes = fig.subplots(len(rows), 2, squeeze=False)
+    for (left, right), row in zip(axes, rows):
+        g = hist[hist["row"] == row].groupby("step").median(numeric_only=True).sort_index()
+        for ax, keys, unit in ((left, _CONV_KEYS[:3], "forward FLOPs (counted)"),
+                               (right, _CONV_KEYS[3:], "forward + backward seconds (measured)")):
+            for i, (key, name) in enumerate(zip(keys, ("convolution", "separable convolution", "recurrent"))):
+                if key in g:
+                    ax.plot(g.index, g[key], marker="osd"[i], color=f"C{i}", label=name)
+            ks = [int(k) for k in g.index]
+            ax.set(xscale="log", yscale="log", xlabel="kernel width k", ylabel=unit, title=f"{row}: {unit}")
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.xaxis.set_minor_locator(NullLocator())
+        handles, labels = right.get_legend_handles_labels()
+        right.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle(f"{title}: convolutions against recurrence as the kernel widens (§4)", fontsize=10)
+    return save_png(fig, path)
+
+
 # ------------------------------------------------------------------------------------------ the report
 
 def write_statements(study: str, results: dict, uri: str, out_dir: Path) -> list[Path]:
@@ -303,9 +376,10 @@ def write_statements(study: str, results: dict, uri: str, out_dir: Path) -> list
     m_lines, m_rec = multi_head_section(done)
     d_lines, d_rec = dot_additive_section(done, uri)
     o_lines, o_rec, o_plots = offset_section(done, uri, out_dir, study, title)
-    sections = x_lines + m_lines + d_lines + o_lines
-    records = x_rec + m_rec + d_rec + o_rec
-    plots = x_plots + o_plots
+    c_lines, c_rec, c_plots = conv_section(done, uri, out_dir, study, title)
+    sections = x_lines + m_lines + d_lines + o_lines + c_lines
+    records = x_rec + m_rec + d_rec + o_rec + c_rec
+    plots = x_plots + o_plots + c_plots
     lines += sections
     claims = claims_section(study, runs, uri, parent)
     # each plot stands in its own section, so write_files links none of them again

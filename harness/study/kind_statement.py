@@ -45,6 +45,8 @@ def describe(spec: StatementSpec) -> str:
         return f"{spec.heads} heads vs 1 at d_model {spec.d_model}, n {spec.n}, batch {spec.batch}"
     if spec.measure == "dot_vs_additive":
         return f"{spec.score} scores at d_k {list(spec.d_ks)}, d_model {spec.d_model}, h {spec.heads}, n {spec.n}"
+    if spec.measure == "conv_cost":
+        return f"conv, separable vs {spec.recurrent} at k {list(spec.ks)}, d {spec.d}, n {spec.n}, batch {spec.batch}"
     return f"{spec.embedding} table, d {spec.d}, {spec.positions} positions, k = 1..{spec.max_offset}"
 
 
@@ -64,7 +66,8 @@ def estimated_flops(trial: Trial) -> float:
 
 # Ten characters a column: each measure's headline figure (the report has the rest).
 SUMMARY = (("log2 FLOPs", "crossover_flops"), ("log2 time", "crossover_time"), ("FLOPs h/1", "mh_flops_ratio"),
-           ("time h/1", "mh_time_ratio"), ("attn ms", "attn_ms"), ("residual", "offset_residual"))
+           ("time h/1", "mh_time_ratio"), ("attn ms", "attn_ms"), ("residual", "offset_residual"),
+           ("conv k^x", "conv_k_exp_time"))
 
 
 def summary_columns(metrics: list[dict]) -> list[tuple[str, str]]:
@@ -77,7 +80,7 @@ def params(trial: Trial) -> dict:
 
 
 def _step_of(point: dict) -> int:
-    """The MLflow step a point is logged at: n (crossover), heads, d_k or the offset k."""
+    """The MLflow step a point is logged at: n (crossover), heads, d_k, the offset k or the kernel width k."""
     for key in ("n", "heads", "d_k", "k"):
         if key in point:
             return int(point[key])
@@ -110,9 +113,10 @@ def smoke(trial: Trial, cache_dir: Path) -> tuple[Trial, dict]:
     p = trial.probe
     small = dataclasses.replace(p, d=min(p.d, 16), factors=(0.5, 1.0, 2.0), d_model=min(p.d_model, 16),
                                 heads=min(p.heads, 2), n=4, d_ks=(4,), batch=2, positions=64, max_offset=3,
-                                repeats=1, warmup=0)
+                                ks=(2, 3, 5), repeats=1, warmup=0)
     expect = {"crossover": {"crossover_n_flops": (1, math.inf)},
               "multi_head": {"mh_flops_ratio": (0.5, 2.0), "mh_time_ratio": (0, math.inf)},
               "dot_vs_additive": {"attn_ms": (0, math.inf), "attn_mem_bytes": (1, math.inf)},
-              "offset": {"offset_residual": (0, math.inf)}}[p.measure]
+              "offset": {"offset_residual": (0, math.inf)},
+              "conv_cost": {"conv_k_exp_flops": (0.9, 1.1), "conv_k_exp_time": (-math.inf, math.inf)}}[p.measure]
     return dataclasses.replace(trial, probe=small), expect
