@@ -19,6 +19,7 @@ from harness.report.common import (
     header_lines,
     md_table,
     num,
+    plain_log_labels,
     plot_title,
     row_order,
     save_png,
@@ -290,9 +291,8 @@ def conv_section(done: pd.DataFrame, uri: str, out_dir: Path, study: str, title:
     if not rows:
         return [], [], []
     hist = _history(uri, done[done["tags.row"].astype(str).isin(rows)], _CONV_KEYS)
-    lines, records = ["## §4: convolutions against recurrence, and the separable form", ""], []
+    lines, records, by_k, summary = ["## §4: convolutions against recurrence, and the separable form", ""], [], [], []
     for row in rows:
-        d, n = _param(done, row, "d"), _param(done, row, "n")
         g = hist[hist["row"] == row]
         body = []
         for k in sorted(g["step"].unique()) if len(g) else []:
@@ -305,19 +305,24 @@ def conv_section(done: pd.DataFrame, uri: str, out_dir: Path, study: str, title:
                          bracket_cell((at["conv_s"] / at["separable_s"]).tolist(), "{:.2f}")])
         exps = {m: _of(done, row, m) for m in ("conv_k_exp_flops", "conv_k_exp_time", "sep_gain_exp_flops",
                                                "sep_gain_exp_time")}
-        records.append({"row": row, "measure": "conv_cost", "d": d, **{m: _mean(v) for m, v in exps.items()}})
-        lines += [f"**{row}**: width d {d}, {_param(done, row, 'batch')} sentences of {n} positions, the recurrent "
-                  f"layer `{_param(done, row, 'recurrent')}`. Forward MFLOPs counted; forward + backward ms measured "
-                  "(mean over the seeds, 95 % interval).", "",
-                  *md_table(["k", "conv MFLOPs", "separable MFLOPs", "recurrent MFLOPs", "conv ms", "separable ms",
-                             "recurrent ms", "conv / recurrent, FLOPs", "conv / recurrent, time",
-                             "conv / separable, FLOPs", "conv / separable, time"], body), "",
-                  *md_table(["how the ratio grows with k (exponent)", "counted FLOPs", "measured time"],
-                            [["conv / recurrent (the paper: k^1)", bracket_cell(exps["conv_k_exp_flops"], "{:.3f}"),
-                              bracket_cell(exps["conv_k_exp_time"], "{:.2f}")],
-                             ["conv / separable (the paper: k^1 where d >> k)",
-                              bracket_cell(exps["sep_gain_exp_flops"], "{:.3f}"),
-                              bracket_cell(exps["sep_gain_exp_time"], "{:.2f}")]]), ""]
+        records.append({"row": row, "measure": "conv_cost", "d": _param(done, row, "d"),
+                        **{m: _mean(v) for m, v in exps.items()}})
+        shape = f"{_param(done, row, 'batch')} × {_param(done, row, 'n')}"
+        summary.append([f"**{row}**", _param(done, row, "d"), shape, _param(done, row, "recurrent"),
+                        bracket_cell(exps["conv_k_exp_flops"], "{:.3f}"),
+                        bracket_cell(exps["conv_k_exp_time"], "{:.2f}"),
+                        bracket_cell(exps["sep_gain_exp_flops"], "{:.3f}"),
+                        bracket_cell(exps["sep_gain_exp_time"], "{:.2f}")])
+        by_k += [f"By kernel width k, {row} (forward MFLOPs counted; forward + backward ms measured, mean over the "
+                 "seeds with its 95 % interval):", "",
+                 *md_table(["k", "conv MFLOPs", "separable MFLOPs", "recurrent MFLOPs", "conv ms", "separable ms",
+                            "recurrent ms", "conv / recurrent, FLOPs", "conv / recurrent, time",
+                            "conv / separable, FLOPs", "conv / separable, time"], body), ""]
+    lines += ["How each cost ratio grows with the kernel width k: its exponent in k (the paper: k^1 for a convolution "
+              "over a recurrent layer, and for a convolution over its separable form where d >> k).", "",
+              *md_table(["row", "d", "batch × n", "recurrent layer", "conv / recurrent, FLOPs",
+                         "conv / recurrent, time", "conv / separable, FLOPs", "conv / separable, time"], summary), "",
+              *by_k]
     lines += ["The convolution is Table 1's (harness/probes/scaling.py: causal, kernel width k, d channels in and "
               "out), its separable form a depthwise convolution of width k followed by a pointwise (1 × 1) one, the "
               "recurrent layer one tanh step per position. The exponent is the least-squares slope of log ratio on "
@@ -346,6 +351,7 @@ def plot_conv(hist: pd.DataFrame, rows: list[str], path: Path, title: str) -> Pa
             ax.set(xscale="log", yscale="log", xlabel="kernel width k", ylabel=unit, title=f"{row}: {unit}")
             ax.set_xticks(ks, [str(k) for k in ks])
             ax.xaxis.set_minor_locator(NullLocator())
+            plain_log_labels(ax.yaxis)
         handles, labels = right.get_legend_handles_labels()
         right.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.suptitle(f"{title}: convolutions against recurrence as the kernel widens (§4)", fontsize=10)
