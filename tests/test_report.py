@@ -506,3 +506,26 @@ def test_a_22_row_study_draws_a_pair_of_panels_a_group(tmp_path, monkeypatch):
     one = imread(plot_learning_curves("table3", runs, TABLE3_ROWS[:6], "x", tmp_path / "six.png"))
     # five groups of two panels stack into a tall figure; six rows keep the one wide pair
     assert grouped.shape[0] > 1.2 * grouped.shape[1] and one.shape[0] < 0.5 * one.shape[1]
+
+
+def test_a_report_of_a_study_still_running_says_which_rows_have_not_finished(tmp_path):
+    # An invocation killed midway (its session ended): base finished, A1 still training, C4 not started. The
+    # claims that read them say so, where a row the invocation never had is "not run"; the header counts the
+    # trials started so far.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    trials = [t for t in TABLE3 if t[0] in ("base", "A1")]
+    parent = log_study(client, "table3", trials, "base,A1,C4")
+    a1 = [r for r in client.search_runs([client.get_experiment_by_name("table3").experiment_id])
+          if r.data.tags.get("row") == "A1"]
+    for r in a1:
+        client.update_run(r.info.run_id, status="RUNNING")
+    client.delete_tag(parent, "n_trials")
+    client.update_run(parent, status="KILLED")
+    write_report("table3", tmp_path / "out", uri)
+    text = (tmp_path / "out" / "table3.md").read_text()
+    why = {ln.split("`")[1]: ln for ln in text.splitlines() if ln.startswith("| `")}
+    assert "not finished yet: A1 has no finished seed" in why["single_head_worse"]
+    assert "not finished yet: C4 not started" in why["wider_better"]              # C5 never in this invocation
+    assert "its rows were not run in this invocation" in why["smaller_dk_hurts"]  # B1 never in it
+    assert "4 trials started so far, 0 failed (the invocation has not finished)" in text

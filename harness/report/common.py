@@ -257,7 +257,9 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
              f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
              *_versions_line(tags, runs),
              f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
-             f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed",
+             + (f"{tags['n_trials']} trials, {tags.get('n_failed', '?')} failed" if "n_trials" in tags else
+                f"{len(runs)} trials started so far, {int((runs['status'] == 'FAILED').sum())} failed (the "
+                "invocation has not finished)"),
              f"- wall time {num(wall, '{:.0f}')} s{f' ({prep})' if prep else ''}, Ray + MLflow overhead share "
              f"{num(None if share is None else 100 * share, '{:.1f}')} %"]
     if total is not None and (wall is None or total > wall + 1):
@@ -569,6 +571,15 @@ def _measured_why(c: dict) -> str:
     return ""
 
 
+def claim_rows(claim) -> list[str]:
+    """The rows a claim reads: its a and b, each a row, a list of rows, or {best: [...]} / {first: [...]}."""
+    out = []
+    for side in (claim.a, claim.b):
+        for part in (side.values() if isinstance(side, dict) else [side]):
+            out += [str(r) for r in (part if isinstance(part, (list, tuple)) else [part]) if r]
+    return list(dict.fromkeys(out))
+
+
 def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] | None = None,
                with_base: bool = True) -> str:
     """Why the runs give this verdict (generated, never written by hand): the interval against 0 or the
@@ -576,7 +587,14 @@ def _claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]]
     a row that did not over-fit where the claim is about over-fitting, and the departures from the paper
     under which its rows stand to each other otherwise than in the paper (`deps`, from row_departures)."""
     if c["verdict"] == "not run":
-        return "its rows were not run in this invocation"
+        rows = claim_rows(c["claim"])
+        waiting = [r for r in rows if diag.get(r, {}).get("unfinished") == "running"]
+        pending = [r for r in rows if diag.get(r, {}).get("unfinished") == "pending"]
+        if not waiting and not pending:
+            return "its rows were not run in this invocation"
+        said = [f"{', '.join(waiting)} {'has' if len(waiting) == 1 else 'have'} no finished seed"] * bool(waiting) + \
+            [f"{', '.join(pending)} not started"] * bool(pending)
+        return f"not finished yet: {'; '.join(said)} (`python -m harness status` shows where each stands)"
     if c["expect"] in ("above", "gap_grows", "sooner", "value"):
         return _measured_why(c) + _diverged_why(c, diag)
     notes = []
@@ -758,6 +776,13 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
     if not checked:
         return []
     diag = row_diagnostics(runs, uri)
+    for row, g in runs.groupby(runs["tags.row"].astype(str)):      # rows that ran but have no finished seed yet
+        if not (g["status"] == "FINISHED").any() and (g["status"] != "FAILED").any():
+            diag.setdefault(row, {})["unfinished"] = "running"
+    if parent and parent.get("status") in ("RUNNING", "KILLED"):  # an invocation not done: its rows yet to start
+        for row in parent["params"].get("rows", "").split(","):
+            if row and row not in set(runs["tags.row"].astype(str)):
+                diag.setdefault(row, {})["unfinished"] = "pending"
     deps = row_departures(parent["tags"]) if parent else {}
     with_base = "base" in (parent["params"].get("rows", "").split(",") if parent else
                            runs["tags.row"].astype(str).tolist())
