@@ -744,3 +744,15 @@ def test_run_set_takes_a_studys_resources_and_train_refuses_them(tmp_path, capsy
     assert main(["train", "--set", "resources.gpu=1", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "resources.* are a study's" in err and not (tmp_path / "x").exists()
+
+
+def test_a_smoke_run_measures_with_each_measurements_own_smoke_sizes(tmp_path):
+    # extrapolation's rope row takes the length buckets (200 sentences each) and RoPE interpolation (100 steps each
+    # way, 4000 pairs, 200 a bucket): its smoke run takes 4 a bucket and 2 steps; a setting at 0 stays off.
+    study = load_study(ROOT / "studies" / "extrapolation.yaml", "tiny", seeds=[0])
+    rope = next(t for t in study.trials if t.row == "rope")
+    small, _ = KINDS["train"].smoke(rope, tmp_path)
+    pi, length = small.train.settings_of("rope_pi"), small.train.settings_of("length")
+    assert (pi.steps, pi.sentences, pi.per_bucket, pi.factor) == (2, 32, 4, 3.0) and length.sentences == 4
+    assert small.train.settings_of("heads").sentences == 0                   # not measured in this row: still off
+    assert rope.train.settings_of("rope_pi").steps == 100                   # the trial itself is untouched

@@ -60,4 +60,5 @@ register(Measurement(
                     claim="heads_long_gain"),
              Metric("heads_prunable_enc", "higher", "share of encoder heads prunable", claim="heads_prunable"),
              Metric("heads_rho_zero", "higher", "Spearman rho, relation gain vs masking harm", claim="heads_rho")),
-    check=_check, at_end=_measure, section=_section, section_rank=10, on=lambda s: s.sentences > 0))
+    check=_check, at_end=_measure, section=_section, section_rank=10, on=lambda s: s.sentences > 0,
+    smoke={"sentences": 4, "contrasts": 4}))

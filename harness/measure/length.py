@@ -39,4 +39,4 @@ register(Measurement(
              Metric("len_b*_bleu", "higher", "tokenized BLEU in length bucket *"),
              Metric("len_b4_ppl", "lower", "ln PPL, longest bucket", claim="long_nll", transform="log"),
              Metric("len_b4_bleu", "higher", "BLEU, longest bucket", claim="long_bleu")),
-    check=_check, at_end=_measure, section=_section, section_rank=20))
+    check=_check, at_end=_measure, section=_section, section_rank=20, smoke={"sentences": 4}))

@@ -87,6 +87,9 @@ class Measurement:
     section: Section | None = None
     on: Callable[[Any], bool] | None = None     # whether settings take the measurement (default: not the defaults)
     section_rank: int = 100     # where its report section goes among the others' (lower first; ties: registration)
+    # The most of each setting a smoke run (a study's rows for two steps, tests/test_studies.py) measures with:
+    # {field: at most}, e.g. {"sentences": 4}; a setting at 0 (not measured) stays 0.
+    smoke: dict = dataclasses.field(default_factory=dict)
 
     def takes(self, settings) -> bool:
         return self.on(settings) if self.on is not None else settings != self.default()

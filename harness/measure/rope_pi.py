@@ -53,4 +53,5 @@ register(Measurement(
              Metric("pi_gain_b*_nll", "higher", "ln PPL plain - interpolated, bucket *"),
              Metric("pi_gain_b4_nll", "higher", "ln PPL plain - interpolated, longest bucket", claim="pi_gain_long"),
              Metric("pi_gain_b3_nll", "higher", "ln PPL plain - interpolated, 2 to 2.5 x", claim="pi_gain_2x")),
-    check=_check, at_end=_measure, section=_section, section_rank=21))
+    check=_check, at_end=_measure, section=_section, section_rank=21,
+    smoke={"steps": 2, "sentences": 32, "per_bucket": 4}))

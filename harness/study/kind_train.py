@@ -323,10 +323,13 @@ def loss_curve_png(metrics_jsonl: Path, out: Path, title: str) -> Path | None:
 
 
 def smoke(trial: Trial, cache_dir: Path) -> tuple[Trial, dict]:
-    """The trial shrunk to two steps on a corpus of a thousand pairs (seconds on a CPU), and what its result must
+    """The trial shrunk to two steps on a corpus of a thousand pairs (seconds on a CPU), each measurement it takes to
+    that measurement's smoke sizes (harness/measure: e.g. 4 sentences a length bucket), and what its result must
     show: {metric: (low, high), or the name of a metric it equals}."""
+    shrink = {f"{m.name}_{k}": min(getattr(settings, k), most) for m, settings in trial.train.active()
+              for k, most in m.smoke.items() if getattr(settings, k)}        # each measurement's own smoke sizes
     small = dataclasses.replace(
-        trial, train=trial.train.replace(steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0),
+        trial, train=trial.train.replace(steps=2, bleu_sentences=2, max_extra=3, checkpoint_every=0, **shrink),
         data=dataclasses.replace(trial.data, train_pairs=1000, dev_pairs=4, test_pairs=4, cache_dir=str(cache_dir)))
     expect = {"steps": (2, 2), "dev_ppl": (1.0, math.inf), "flops_per_target_token": (1e-9, math.inf),
               "train_flops": (1e-9, math.inf), "device_matmul_tflops": (1e-9, math.inf)}
