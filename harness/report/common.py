@@ -710,7 +710,10 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
         return ""
     pointing = sum(points_the_papers_way(c) is True for c in single)
     command = (parent or {}).get("tags", {}).get("command", "")
-    wall = ((parent or {}).get("metrics") or {}).get("wall_seconds")
+    metrics = (parent or {}).get("metrics") or {}
+    wall = metrics.get("wall_seconds")
+    if wall is not None:
+        wall -= metrics.get("prepare_seconds") or 0.0      # prepared once: more seeds repeat the training alone
     rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
     cost = f", about three times this invocation's {wall / 60:.0f} minutes," if wall else ""
     return (f" {len(single)} claim{'s' * (len(single) > 1)} rest on one seed, which gives no interval: "
