@@ -234,3 +234,15 @@ def test_the_status_view_the_row_notes_and_the_report_header_read_an_ending_alik
     assert views == [("budget", "hit the budget of 1000 steps while improving"),
                      ("rule", "stopped by the rule at step 600 (best 400)"), ("diverged", "diverged at step 150")]
     assert ending({"steps": 50.0}, 50) == ("fixed steps", "ran its 50 steps (no patience rule)")
+
+
+def test_a_rows_note_names_its_seeds_as_they_ran_in_numeric_order():
+    # Seeds 10 and 2 finished (0 did not): the note names them 2 then 10, not "seed 0" and "seed 1"
+    import pandas as pd
+
+    from harness.report.common import stopping_notes
+    runs = pd.DataFrame({"status": ["FINISHED", "FINISHED"], "tags.row": ["base", "base"], "tags.seed": ["10", "2"],
+                         "metrics.stopped_by_rule": [1.0, 0.0], "metrics.hit_budget": [0.0, 1.0],
+                         "metrics.steps": [700.0, 1000.0], "metrics.best_step": [500.0, 1000.0]})
+    assert stopping_notes(runs)["base"] == ("seed 2: hit the budget of 1000 steps while improving; seed 10: stopped "
+                                            "by the rule at step 700 (best 500)")

@@ -244,7 +244,9 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
     cpu = (runs["metrics.cpu_seconds"].sum()
            if "metrics.cpu_seconds" in runs and runs["metrics.cpu_seconds"].notna().any() else None)
     signatures = sorted(set(runs["tags.sacrebleu_signature"].dropna())) if "tags.sacrebleu_signature" in runs else []
-    prep = f"data preparation {metrics['prepare_seconds']:.0f} s" if metrics.get("prepare_seconds") else ""
+    # the last invocation's; wall_seconds is logged when an invocation ends, so only a closed one pairs them
+    closed = parent.get("status") in ("FINISHED", "FAILED")
+    prep = f"data preparation {metrics['prepare_seconds']:.0f} s" if closed and metrics.get("prepare_seconds") else ""
     lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
              *(_caption_note(results) if caption and paper_caption else []),
              "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
@@ -257,7 +259,8 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
              f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
              *_versions_line(tags, runs),
              f"- MLflow parent run `{parent['run_id']}` (experiment `{study}`, status {parent['status']}), "
-             + (f"{tags['n_trials']} trials, {tags.get('n_failed', '?')} failed" if "n_trials" in tags else
+             + (f"{tags.get('n_trials', len(runs))} trials, {tags.get('n_failed', '?')} failed"
+                if parent.get("status") not in ("RUNNING", "KILLED") else
                 f"{len(runs)} trials started so far, {int((runs['status'] == 'FAILED').sum())} failed (the "
                 "invocation has not finished)"),
              f"- wall time {num(wall, '{:.0f}')} s{f' ({prep})' if prep else ''}, Ray + MLflow overhead share "
@@ -367,18 +370,22 @@ def _final_metrics(r: pd.Series) -> dict:
 
 
 def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
-    """Each finished seed's end under the patience rule (harness/train/patience.py), by seed: (metrics.run_ending,
-    the step it stopped at, or diverged at, and its best step); [] where the rule was off."""
+    """Each finished seed's end under the patience rule (harness/train/patience.py), in seed order: (metrics.run_ending,
+    the step it stopped at, or diverged at, its best step, the seed); [] where the rule was off."""
     if "metrics.stopped_by_rule" not in g:
         return []
     out = []
-    for _, r in g.sort_values("tags.seed", key=lambda x: x.astype(str)).iterrows():
+    order = pd.to_numeric(g["tags.seed"], errors="coerce") if "tags.seed" in g else pd.Series(0, index=g.index)
+    for i, r in g.loc[order.sort_values(kind="stable").index].iterrows():
         m = _final_metrics(r)
         if pd.isna(m.get("stopped_by_rule")):
             continue                                                # the rule off in this seed
         how = run_ending(m)
-        stop = m.get("diverged_step") if how == "diverged" else m.get("steps")
-        out.append((how, int(0 if stop is None or pd.isna(stop) else stop), int(m.get("best_step", 0) or 0)))
+        stop = m.get("diverged_step") if how == "diverged" else None
+        stop = m.get("steps") if stop is None or pd.isna(stop) else stop
+        seed = order[i]
+        out.append((how, int(0 if stop is None or pd.isna(stop) else stop), int(m.get("best_step", 0) or 0),
+                    None if pd.isna(seed) else int(seed)))
     return out
 
 
@@ -423,16 +430,17 @@ def stopping_note(row: str, diag: dict[str, dict]) -> str:
     ends = diag.get(row, {}).get("rule") or []
     if not ends:
         return ""
-    parts = [ending_words(how, stop, best) for how, stop, best in ends]
-    if len(set(how for how, _, _ in ends)) == 1 and len(ends) > 1:
+    parts = [ending_words(how, stop, best) for how, stop, best, _ in ends]
+    if len(set(how for how, _, _, _ in ends)) == 1 and len(ends) > 1:
         how = ends[0][0]
-        steps = "/".join(str(s) for _, s, _ in ends)
-        bests = "/".join(str(b) for _, _, b in ends)
+        steps = "/".join(str(s) for _, s, _, _ in ends)
+        bests = "/".join(str(b) for _, _, b, _ in ends)
         return (f"stopped by the rule in every seed, at steps {steps} (best {bests})" if how == "rule" else
                 f"stopped by its time limit in every seed, at steps {steps} (best {bests})" if how == "time limit" else
                 f"diverged in every seed, at steps {steps}" if how == "diverged" else
                 f"hit the budget in every seed ({steps} steps; best {bests})")
-    return "; ".join(f"seed {i}: {p}" for i, p in enumerate(parts)) if len(parts) > 1 else parts[0]
+    seeds = [i if seed is None else seed for i, (_, _, _, seed) in enumerate(ends)]
+    return "; ".join(f"seed {n}: {p}" for n, p in zip(seeds, parts)) if len(parts) > 1 else parts[0]
 
 
 def _claim_value(metric: str, x: float) -> str:
@@ -712,7 +720,7 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
     command = (parent or {}).get("tags", {}).get("command", "")
     metrics = (parent or {}).get("metrics") or {}
     wall = metrics.get("wall_seconds")
-    if wall is not None:
+    if wall is not None and (parent or {}).get("status") in ("FINISHED", "FAILED"):
         wall -= metrics.get("prepare_seconds") or 0.0      # prepared once: more seeds repeat the training alone
     rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
     cost = f", about three times this invocation's {wall / 60:.0f} minutes," if wall else ""
@@ -951,10 +959,12 @@ def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: 
     title, drawn = plot_title(study, runs), {}
     for axes, group in zip(grid, groups):
         if ref is not None:
-            drawn.setdefault(ref, seeds_of(ref))
+            if ref not in drawn:
+                drawn[ref] = seeds_of(ref)
             _draw_row(axes, drawn[ref], ref, {"color": "black", "ls": "-", "marker": "o", "lw": 1.6})
         for j, row in enumerate(group):
-            drawn.setdefault(row, seeds_of(row))
+            if row not in drawn:
+                drawn[row] = seeds_of(row)
             _draw_row(axes, drawn[row], row, series_style(j))
         if ref is not None:
             axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
