@@ -113,6 +113,13 @@ def run_ending(metrics: dict) -> str:
     return "budget" if budget is None or budget >= 0.5 else "time limit"
 
 
+def ending_step(metrics: dict, how: str, last: int) -> int:
+    """The step an ending names: where a diverged run diverged (`diverged_step`, where it was logged), else the
+    run's last step."""
+    at = metrics.get("diverged_step") if how == "diverged" else None
+    return last if at is None or at != at else int(at)
+
+
 def ending_words(how: str, step: int, best: int) -> str:
     """How one run ended, as a report cell and the status view say it: `how` from run_ending, `step` its last
     step (or the step it diverged at), `best` the step of its best dev PPL."""

@@ -137,14 +137,15 @@ class StudyTracking:
     def log_prepare_seconds(self, run_id: str, seconds: float, invocation: int) -> None:
         """The driver's data preparation before the trials (BPE, a first corpus) in this invocation (metric
         prepare_seconds, step = the invocation): part of its wall time, outside the overhead account."""
-        self.client.log_batch(run_id, metrics=[Metric("prepare_seconds", float(seconds), int(time.time() * 1000),
-                                                      invocation)])
+        self._log_at_invocation(run_id, "prepare_seconds", seconds, invocation)
 
     def log_invocation_wall(self, run_id: str, seconds: float, invocation: int) -> None:
         """This invocation's wall time so far (metric invocation_wall_seconds, step = the invocation: 0 the
         first, 1 the first --resume, ...): a study run across sessions sums them (`study_wall_seconds`)."""
-        self.client.log_batch(run_id, metrics=[Metric("invocation_wall_seconds", float(seconds),
-                                                      int(time.time() * 1000), invocation)])
+        self._log_at_invocation(run_id, "invocation_wall_seconds", seconds, invocation)
+
+    def _log_at_invocation(self, run_id: str, key: str, seconds: float, invocation: int) -> None:
+        self.client.log_batch(run_id, metrics=[Metric(key, float(seconds), int(time.time() * 1000), invocation)])
 
     def end_parent(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
         now = int(time.time() * 1000)

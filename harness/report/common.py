@@ -27,7 +27,7 @@ from harness import tracking
 from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.measure.registry import SectionContext, by_section_rank
-from harness.metrics import claim_metrics, ending_words, run_ending
+from harness.metrics import claim_metrics, ending_step, ending_words, run_ending
 from harness.report import claims
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
@@ -380,12 +380,9 @@ def _rule_outcomes(g: pd.DataFrame) -> list[tuple[str, int, int]]:
         m = _final_metrics(r)
         if pd.isna(m.get("stopped_by_rule")):
             continue                                                # the rule off in this seed
-        how = run_ending(m)
-        stop = m.get("diverged_step") if how == "diverged" else None
-        stop = m.get("steps") if stop is None or pd.isna(stop) else stop
-        seed = order[i]
-        out.append((how, int(0 if stop is None or pd.isna(stop) else stop), int(m.get("best_step", 0) or 0),
-                    None if pd.isna(seed) else int(seed)))
+        how, last, seed = run_ending(m), m.get("steps"), order[i]
+        stop = ending_step(m, how, 0 if last is None or pd.isna(last) else int(last))
+        out.append((how, stop, int(m.get("best_step", 0) or 0), None if pd.isna(seed) else int(seed)))
     return out
 
 
@@ -956,16 +953,13 @@ def plot_learning_curves(study: str, runs: pd.DataFrame, order: list[str], uri: 
     ref = None if len(groups) == 1 else ("base" if "base" in order else order[0])
     fig = Figure(figsize=(12.5, 4.8 if len(groups) == 1 else 3.1 * len(groups) + 0.6), layout="constrained")
     grid = fig.subplots(len(groups), 2, sharey="col", squeeze=False)      # each group its own steps (big: 3x)
-    title, drawn = plot_title(study, runs), {}
+    title = plot_title(study, runs)
+    base = seeds_of(ref) if ref is not None else []          # read once, drawn in every group
     for axes, group in zip(grid, groups):
         if ref is not None:
-            if ref not in drawn:
-                drawn[ref] = seeds_of(ref)
-            _draw_row(axes, drawn[ref], ref, {"color": "black", "ls": "-", "marker": "o", "lw": 1.6})
+            _draw_row(axes, base, ref, {"color": "black", "ls": "-", "marker": "o", "lw": 1.6})
         for j, row in enumerate(group):
-            if row not in drawn:
-                drawn[row] = seeds_of(row)
-            _draw_row(axes, drawn[row], row, series_style(j))
+            _draw_row(axes, seeds_of(row), row, series_style(j))
         if ref is not None:
             axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
             axes[0].set_title(f"{', '.join(group)}: training loss", fontsize=9)

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.metrics import ending_words, run_ending
+from harness.metrics import ending_step, ending_words, run_ending
 from harness.study import progress
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
@@ -72,8 +72,7 @@ def ending(m: dict, step: int) -> tuple[str, str]:
     """How a finished trial ended, from its final metrics, read as the report reads them (metrics.run_ending):
     (one of metrics.ENDINGS or "fixed steps"; the words for it)."""
     how = run_ending(m) or "fixed steps"
-    at = int(m.get("diverged_step", step)) if how == "diverged" else step
-    return how, ending_words(how, at, int(m.get("best_step", 0)))
+    return how, ending_words(how, ending_step(m, how, step), int(m.get("best_step", 0)))
 
 
 def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> dict:
