@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.probes.scaling import _best_time, _OpRecorder, _torch_threads, make_layer
+from harness.probes.scaling_spec import fit_exponent
 from harness.probes.statement_spec import StatementSpec
 from harness.system import resolve_device
 
@@ -38,10 +39,9 @@ def forward_flops(module: nn.Module, x: torch.Tensor) -> int:
 
 
 def exponent(xs: list[float], ys: list[float]) -> float:
-    """The least-squares slope of log y on log x: y grows as x to this power."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    """The least-squares slope of log y on log x over every point (Table 1's fit, no fixed-cost cut: a ratio of
+    two costs has no fixed cost of its own): y grows as x to this power."""
+    return fit_exponent(xs, ys, fixed_mult=1.0)["slope"]
 
 
 def counted_flops(module: nn.Module, x: torch.Tensor) -> int:
