@@ -403,7 +403,21 @@ def test_a_one_seed_report_says_which_claims_point_the_papers_way_and_how_to_get
     # and both rows' PPL (9.5, 9.0) lies below the base's (10.0) in this store
     assert "2 claims rest on one seed, which gives no interval: 2 of 2 point the paper's way" in head
     assert "`python -m harness run studies/modern.yaml --profile tiny --seeds 0,1,2`" in head
-    assert "about three times this invocation's 5 minutes" in head
+    assert "about three times this study's 5 minutes" in head
+
+
+def test_the_one_seed_note_times_three_seeds_from_the_whole_study_not_its_last_resume():
+    # transformer_tiny ran 2.69 h over four invocations, the last 34 minutes: three seeds cost about three times
+    # the 2.69 h (minus the data preparation, done once), not three times the last resume's 34 minutes
+    from harness.report.common import one_seed_note
+    checked = [{"verdict": "inconclusive", "n": 1, "diff": -0.16,
+                "claim": type("C", (), {"expect": "value", "margin": 0.0})()}]
+    parent = {"status": "FINISHED", "tags": {"command": "python -m harness run studies/transformer_tiny.yaml"},
+              "metrics": {"wall_seconds": 2032.0, "prepare_seconds": 60.0}, "study_wall_seconds": 9684.0}
+    note = one_seed_note(checked, parent)
+    assert "about three times this study's 160 minutes" in note and "0 of 1 point the paper's way" in note
+    del parent["study_wall_seconds"]                    # a store from before invocations were timed
+    assert "about three times this study's 33 minutes" in one_seed_note(checked, parent)
 
 
 def test_a_plot_the_new_report_does_not_draw_is_removed_with_it(tmp_path):

@@ -716,11 +716,12 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
     pointing = sum(points_the_papers_way(c) is True for c in single)
     command = (parent or {}).get("tags", {}).get("command", "")
     metrics = (parent or {}).get("metrics") or {}
-    wall = metrics.get("wall_seconds")
+    # The study's wall time over every invocation (a study resumed across sessions), else the last one's.
+    wall = (parent or {}).get("study_wall_seconds") or metrics.get("wall_seconds")
     if wall is not None and (parent or {}).get("status") in ("FINISHED", "FAILED"):
         wall -= metrics.get("prepare_seconds") or 0.0      # prepared once: more seeds repeat the training alone
     rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
-    cost = f", about three times this invocation's {wall / 60:.0f} minutes," if wall else ""
+    cost = f", about three times this study's {wall / 60:.0f} minutes," if wall else ""
     return (f" {len(single)} claim{'s' * (len(single) > 1)} rest on one seed, which gives no interval: "
             f"{pointing} of {len(single)} point the paper's way by their point estimate alone (not a verdict);"
             f"{rerun}{cost} gives verdicts.")
