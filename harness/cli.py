@@ -637,6 +637,8 @@ def _cmd_list(args) -> int:
     from harness.study.kinds import load_study
     from harness.study.spec import read_yaml_file
     what = args.what
+    if what is None:
+        return _list_overview()
     if what in ("profiles", "rows") and not args.study:
         raise UserError(f"`list {what}` names a study: e.g. `python -m harness list {what} table3`.")
     if what == "studies":
@@ -662,12 +664,38 @@ def _cmd_list(args) -> int:
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
-            bound = (f" above {c.target:g}" if c.expect == "above" else
-                     f" within ±{c.margin:g}" if c.expect in ("equivalent", "value") else "")
+            expect = (f"above {c.target:g}" if c.expect == "above" else
+                      f"{c.expect} within ±{c.margin:g}" if c.expect in ("equivalent", "value") else c.expect)
             against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
-            print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {c.expect}{bound}")
+            print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {expect}")
     else:
         _print_settings(args.study)
+    return 0
+
+
+def _list_overview() -> int:
+    """`list` alone: every study with its profiles (the default first), its rows and the ids of its claims."""
+    import textwrap
+
+    from harness.report.claims import load_claims
+    from harness.study.kinds import load_study
+    from harness.study.spec import read_yaml_file
+    claims = load_claims()
+    for path in _study_files():
+        raw = read_yaml_file(path)
+        name = raw.get("study", path.stem)
+        default = load_study(path, None).profile
+        profiles = [default] + [p for p in raw.get("profiles", {}) if p != default]
+        ids = [c.id for c in claims if c.study == name]
+        print(f"{name} ({path.parent.name}/{path.name}; kind {raw.get('kind', 'train')}"
+              f"{', the paper' + chr(39) + 's ' + raw['table'] if raw.get('table') else ''})")
+        for label, items in ((f"profiles ({len(profiles)}, the default first)", profiles),
+                             (f"rows ({len(raw.get('rows') or {})})", list(raw.get("rows") or {})),
+                             (f"claims ({len(ids)})", ids or ["none"])):
+            print(textwrap.fill(", ".join(items), width=118, initial_indent=f"  {label}: ",
+                                subsequent_indent="      "))
+    print("\nmore: `list profiles STUDY`, `list rows STUDY [--profile P]`, `list claims [STUDY]`, `settings`, "
+          "`show STUDY ROW [--profile P]`")
     return 0
 
 
@@ -714,9 +742,9 @@ def _cmd_show(args) -> int:
 
 def _add_list(sub) -> None:
     ls = sub.add_parser("list", help="list the studies, a study's profiles or rows, the claims, or the --set settings")
-    ls.add_argument("what", choices=LISTABLE,
+    ls.add_argument("what", nargs="?", default=None, choices=LISTABLE,
                     help="studies | profiles STUDY | rows STUDY [--profile P] | claims [STUDY] | "
-                         "settings [model|train|data]")
+                         "settings [model|train|data]; left out: every study with its profiles, rows and claims")
     ls.add_argument("study", nargs="?", default=None,
                     help="the study (a name such as table3, or a file); for settings, the section")
     ls.add_argument("--profile", default=None, help="with rows: the profile (the study's default when left out)")

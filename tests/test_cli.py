@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,16 @@ def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
     assert code == 0 and '  A1             {"n_heads": 1, "d_k": 512, "d_v": 512}' in out and "Dbase" in out
     code, out, _ = run(capsys, "list", "claims", "transformer_tiny")
     assert code == 0 and out.split() == ["transformer_tiny_reaches_published", "transformer_tiny",
-                                         'test_bleu_tok_lc:', '"tiny"', "above", "above", "41"]
+                                         'test_bleu_tok_lc:', '"tiny"', "above", "41"]
+    # `list` alone: every study, each with its profiles (the default first), its rows and its claims' ids
+    code, out, _ = run(capsys, "list")
+    blocks = {b.split(" ", 1)[0]: b for b in re.split(r"\n(?=\S)", out.split("\n\nmore:")[0])}
+    assert code == 0 and set(blocks) == {p.stem for p in (ROOT / "studies").glob("*.yaml")}
+    table3 = " ".join(blocks["table3"].split())
+    assert "profiles (4, the default first): tiny, paper, multi30k, gpu" in table3
+    assert "rows (22): base, A1, A2," in table3 and "Dbase, D3, D4, E, P0, big" in table3
+    assert "claims (14): single_head_worse," in table3 and "dropout_helps" in table3
+    assert "claims (1): more_trees_better" in " ".join(blocks["table4"].split())
     code, out, _ = run(capsys, "list", "settings", "train")
     assert code == 0 and "train.patience" in out and "train.lr_scale                     float        1.0 " in out
     code, out, _ = run(capsys, "list", "settings")
