@@ -70,7 +70,7 @@ class Trial:
     @property
     def config_hash(self) -> str:
         if self.probe is not None:
-            config = {"kind": self.kind, "probe": dataclasses.asdict(self.probe), "seed": self.seed}
+            config = {"kind": self.kind, "probe": hashed_settings(self.probe), "seed": self.seed}
         else:
             config = {part: hashed_settings(getattr(self, part)) for part in ("model", "train", "data")}
         blob = json.dumps(config, sort_keys=True)

@@ -612,6 +612,27 @@ def test_settings_added_later_leave_the_trials_config_hashes_as_they_were():
     assert other.trials[0].config_hash != "96e5fea09708" and other.trials[0].data.lexicon_seed == 3
 
 
+def test_a_probe_field_added_later_leaves_the_probe_trials_hashes_as_they_were(monkeypatch):
+    # A probe row's hash is its spec's fields (harness/trial.hashed_settings), pinned here for the statements
+    # store that made reports/statements.md (9b564f0) and for Table 1. A field added to a spec afterwards and
+    # declared in its ADDED_LATER is left out while at its default, so --resume still finds those trials.
+    import dataclasses
+
+    from harness.probes import statement_spec
+    pinned = {("statements", "conv_cost"): "416bef84a4fd", ("table1", "sdpa"): "ab3787ad02fa"}
+    for (name, row), digest in pinned.items():
+        assert load_study(ROOT / "studies" / f"{name}.yaml", "tiny", [row], [0]).trials[0].config_hash == digest
+    trial = load_study(ROOT / "studies" / "statements.yaml", "tiny", ["conv_cost"], [0]).trials[0]
+    later = dataclasses.make_dataclass("Later", [("new_knob", int, 7)], bases=(statement_spec.StatementSpec,),
+                                       frozen=True)
+    grown = dataclasses.replace(trial, probe=later(**dataclasses.asdict(trial.probe)))
+    assert grown.config_hash != trial.config_hash            # undeclared, a new field changes every hash
+    monkeypatch.setattr(later, "ADDED_LATER", ("new_knob",))
+    assert grown.config_hash == trial.config_hash
+    moved = later(**{**dataclasses.asdict(trial.probe), "new_knob": 8})    # off its default, it counts
+    assert dataclasses.replace(grown, probe=moved).config_hash != trial.config_hash
+
+
 def test_table3_multi30k_profile_runs_every_row_with_three_seeds_until_val_stops_improving():
     t3 = load_study(ROOT / "studies" / "table3.yaml", "multi30k")
     every = set(load_study(ROOT / "studies" / "table3.yaml", "paper").rows)
