@@ -454,6 +454,32 @@ def test_a_log_axis_carries_plain_labels_over_a_narrow_range_and_a_wide_one():
     assert formatter(0.01) == "0.01" and formatter(100.0) == "100"
 
 
+def test_a_log_axis_of_flops_is_labelled_at_1_2_and_5_of_each_decade():
+    """Training FLOPs from 2e13 to 7e14 (Table 2's multi30k curves) carried the single label 10^14: sci_log_labels
+    labels 1, 2 and 5 of each decade under three decades, every integer multiple under one, decades alone past."""
+    from matplotlib.figure import Figure
+
+    from harness.report.common import sci_log_labels
+
+    def labelled(xs):
+        ax = Figure().add_subplot()
+        ax.plot(xs, [1.0] * len(xs))
+        ax.set_xscale("log")
+        sci_log_labels(ax.xaxis)
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.xaxis.get_majorticklocs() if low <= t <= high]
+        formatter = ax.xaxis.get_major_formatter()
+        formatter.set_locs(ticks)
+        return {round(t / 10 ** math.floor(math.log10(t))) for t in ticks if formatter(t)}, len(ticks)
+
+    coefficients, n = labelled([2.1e13, 7e14])
+    assert coefficients == {1, 2, 5} and n == 5                     # 2e13, 5e13, 1e14, 2e14, 5e14
+    coefficients, n = labelled([6.4e14, 1.02e15])
+    assert n >= 4 and {7, 8, 9, 1} <= coefficients
+    coefficients, _ = labelled([1e10, 1e16])                       # six decades: matplotlib's own decade ticks
+    assert coefficients == {1}
+
+
 def test_a_column_of_labels_stays_inside_the_plot():
     """Table 3's 20 rows of about 0.54 M parameters: stacked a gap apart from the top, their labels ran below the
     lowest point and off the plot; they are spread from the top label down to the lowest point instead."""

@@ -21,7 +21,15 @@ import pandas as pd
 # The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
 # Figure renders with the Agg canvas.
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator, NullLocator
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogFormatter,
+    LogFormatterSciNotation,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
 
 from harness import tracking
 from harness.errors import UserError
@@ -870,6 +878,21 @@ def plain_log_labels(axis) -> None:
         return
     axis.set_major_formatter(_PlainLogFormatter(labelOnlyBase=False))
     axis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def sci_log_labels(axis) -> None:
+    """A log axis of large counts (training FLOPs) labelled in scientific notation at enough ticks to read a value:
+    at 1, 2 and 5 of each decade where it spans under about three decades (FLOPs from 2e13 to 7e14 otherwise
+    carry the one label 10^14), at every integer multiple under one decade; the decades alone past three. Call it
+    after plotting."""
+    axis.axes.autoscale_view()
+    low, high = sorted(axis.get_view_interval())
+    if low <= 0 or high > 1000 * low:
+        return
+    subs = tuple(float(k) for k in range(1, 10)) if high < 10 * low else (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(math.inf, math.inf)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def series_style(i: int) -> dict:

@@ -10,10 +10,18 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 from harness.report.claims import curves_by_seed, interval, sooner
-from harness.report.common import bracket_cell, finished, md_table, no_data, num, plot_title, save_png
+from harness.report.common import (
+    bracket_cell,
+    finished,
+    md_table,
+    no_data,
+    num,
+    plot_title,
+    save_png,
+    sci_log_labels,
+)
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
 
@@ -173,7 +181,7 @@ def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Pa
                 title="dev BLEU against training compute")
     axes[1].set(xlabel="training time on this machine (min)", ylabel="dev BLEU (greedy, tokenized)",
                 title="dev BLEU against wall time")
-    axes[0].xaxis.set_minor_formatter(NullFormatter())     # decades labelled, no crowded 2x10^11 ... labels
+    sci_log_labels(axes[0].xaxis)     # 2x10^13, 5x10^13, 10^14 ...: one decade label alone says little
     if marks:        # what the markers mean, once
         axes[0].plot([], [], marker="x", ls="none", color="0.3", label=f"{base} reaches a rival's best")
         axes[0].plot([], [], marker="o", mfc="none", ls="none", color="0.3", label="the rival reaches its best")
