@@ -102,6 +102,55 @@ def test_what_cannot_be_decided_says_why(repo, tmp_path_factory):
     assert registration("heads_help", {claimed}, root=plain).startswith("unknown: not a git checkout")
 
 
+def test_one_run_without_a_commit_leaves_the_registration_unknown(repo):
+    # It could have run before the claim was written: the other runs' commits cannot vouch for it.
+    repo.claims(_claim(0.05))
+    claimed = repo.commit("claim")
+    assert registration("heads_help", {claimed, ""}, root=repo.root).startswith(
+        "unknown: some of the runs recorded no commit")
+    assert registration("heads_help", {claimed, "unknown"}, root=repo.root).startswith("unknown: some of the runs")
+
+
+def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(repo, monkeypatch):
+    # depth_gap_grows reads x, y, u and v (a gap between gaps); the verdict's a_row and b_row name two of them.
+    # Rows y and v ran before the claim existed: the report's registration cell must say so.
+    import pandas as pd
+
+    from harness.report import common
+    from harness.report import registration as reg
+    from harness.report.claims import Claim, rows_read
+    repo.write("harness/x.py", "x = 0\n")
+    early = repo.commit("y and v ran")
+    gap = {"id": "gap_grows_here", "study": "depth", "source": "-", "text": "-", "metric": "dev_nll",
+           "a": ["post24", "pre24"], "expect": "gap_grows", "better": "lower", "b": ["post6", "pre6"]}
+    repo.claims(gap)
+    claimed = repo.commit("claim")
+    claim = Claim(**gap)
+    assert rows_read(claim, {"post24", "pre24", "post6", "pre6"}) == {"post24", "pre24", "post6", "pre6"}
+    runs = pd.DataFrame({"tags.row": ["post24", "pre24", "post6", "pre6"],
+                         "tags.git_sha": [claimed, early, claimed, early], "tags.git_dirty": ["False"] * 4})
+    monkeypatch.setattr(common, "registration",
+                        lambda cid, shas, dirty=False: reg.registration(cid, shas, dirty, root=repo.root))
+    c = {"claim": claim, "a_row": "post24", "b_row": "post6"}
+    assert common._registered("gap_grows_here", c, runs) == f"written after these runs' figures (commit {claimed[:7]})"
+    runs["tags.git_sha"] = claimed
+    assert common._registered("gap_grows_here", c, runs) == f"registered ({claimed[:7]})"
+    runs.loc[1, "tags.git_sha"] = None                     # a run that recorded no commit
+    assert common._registered("gap_grows_here", c, runs).startswith("unknown: some of the runs recorded no commit")
+
+
+def test_the_rows_a_verdict_reads():
+    from harness.report.claims import Claim, rows_read
+    base = {"id": "x", "study": "t", "source": "-", "text": "-", "metric": "dev_nll", "better": "lower"}
+    first = Claim(**base, a={"first": ["Dbase", "base"]}, b="D1", expect="better")
+    assert rows_read(first, {"Dbase", "base", "D1"}) == {"Dbase", "D1"}        # the first that ran is read
+    assert rows_read(first, {"base", "D1"}) == {"base", "D1"}
+    best = Claim(**base, a="big", b={"best": ["gnmt", "convs2s"]}, expect="better")
+    assert rows_read(best, {"big", "gnmt"}) == {"big", "gnmt", "convs2s"}     # the best is chosen among all
+    value = Claim(**{**base, "better": ""}, a=["crossover_d64", "crossover_d256"], expect="value", margin=0.1)
+    assert rows_read(value, set()) == {"crossover_d64", "crossover_d256"}
+
+
 def test_this_checkout_shows_the_redefinitions_the_history_holds():
     # dropout_helps was redefined twice after reports had shown its verdict (commits dc76119 and 067042e).
     status = registration("dropout_helps", {"8b70b25587190720991b40b6eb6375d2fb4511b6"})

@@ -209,6 +209,24 @@ def per_seed(runs: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
     return out
 
 
+def rows_read(claim: Claim, ran: set[str]) -> set[str]:
+    """Every row whose runs the claim's verdict reads, given the rows that ran: each row named on either side, in
+    a list (a value claim's rows, a gap between gaps, the rivals a `sooner` claim races) or among `best` (the
+    best is chosen from all of them); of a `first` list, the one the verdict takes (the first that ran)."""
+    def side(spec) -> set[str]:
+        if spec is None:
+            return set()
+        if isinstance(spec, str):
+            return {spec}
+        if isinstance(spec, list):
+            return set().union(*(side(s) for s in spec))
+        if "first" in spec:
+            chosen = next((r for r in spec["first"] if r in ran), None)
+            return {chosen} if chosen else set(spec["first"])
+        return set(spec.get("best", ()))
+    return side(claim.a) | side(claim.b)
+
+
 def _side(spec, values: dict[str, dict[int, float]], better: str) -> tuple[str | None, str]:
     """The row a side of a claim stands for, and how it was chosen."""
     if isinstance(spec, str):

@@ -695,10 +695,12 @@ def late_changes_section(parent: dict | None) -> list[str]:
 
 
 def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
-    """The claim's registration against the commits of the runs of its rows (of every run when none ran)."""
-    judged = runs[runs["tags.row"].isin([r for r in (c.get("a_row"), c.get("b_row")) if r])]
+    """The claim's registration against the commits of the runs of every row its verdict reads (all four of a gap
+    between gaps, every rival of a `sooner` claim, every row of a list; of every run when none ran)."""
+    judged = runs[runs["tags.row"].isin(claims.rows_read(c["claim"], set(runs["tags.row"].dropna().astype(str))))]
     judged = judged if len(judged) else runs
-    shas = set(judged.get("tags.git_sha", pd.Series(dtype=str)).dropna().astype(str))
+    # a run that recorded no commit counts as "" (registration cannot then be established for it)
+    shas = set(judged["tags.git_sha"].fillna("").astype(str)) if "tags.git_sha" in judged else {""}
     dirty = judged.get("tags.git_dirty", pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
     return registration(claim_id, shas, bool(dirty))
 
