@@ -78,6 +78,16 @@ def _quote(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
 
+# What an invocation or a trial's attempt records of itself when it resumes an earlier one, as `KEY_last` beside
+# the first's `KEY`: a study resumed at another commit or on another machine says so (report header,
+# registration), rather than showing the first invocation's alone.
+RESUMED_AS = ("git_sha", "git_dirty", "hardware")
+
+
+def last_tags(tags: dict[str, Any]) -> list[RunTag]:
+    return [RunTag(f"{k}_last", str(tags[k])) for k in RESUMED_AS if k in tags]
+
+
 class StudyTracking:
     """The driver's side: the experiment, the parent run, and what earlier invocations finished."""
 
@@ -127,12 +137,14 @@ class StudyTracking:
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
         return run.info.run_id
 
-    def reopen_parent(self, run_id: str, resumes: int, command: str = "") -> None:
+    def reopen_parent(self, run_id: str, resumes: int, command: str = "", now: dict[str, Any] | None = None) -> None:
         """Mark the parent running again for its `resumes`-th --resume, made by `command` (tag `command_last`;
-        `command` stays the first invocation's)."""
+        `command` stays the first invocation's), at the commit and on the hardware in `now` (tags `git_sha_last`,
+        `git_dirty_last`, `hardware_last`; the first invocation's stay in `git_sha`, ...)."""
         self.client.update_run(run_id, status="RUNNING")
         self.client.log_batch(run_id, tags=[RunTag("resumed", "true"), RunTag("resume_count", str(resumes)),
-                                            *([RunTag("command_last", command[:5000])] if command else [])])
+                                            *([RunTag("command_last", command[:5000])] if command else []),
+                                            *last_tags(now or {})])
 
     def log_prepare_seconds(self, run_id: str, seconds: float, invocation: int) -> None:
         """The driver's data preparation before the trials (BPE, a first corpus) in this invocation (metric
@@ -208,7 +220,7 @@ class TrialRun:
             self.run_id = found[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
             attempts = int(found[0].data.tags.get("attempts", "1")) + 1
-            self.client.set_tag(self.run_id, "attempts", str(attempts))
+            self.client.log_batch(self.run_id, tags=[RunTag("attempts", str(attempts)), *last_tags(tags)])
             history = self.client.get_metric_history(self.run_id, "train_loss")
             self.logged_through = max((m.step for m in history), default=-1)
             self.reopened = True

@@ -95,6 +95,8 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
     # Claims: ids, wording and margin or threshold, and each verdict's registration status.
     claims = expected_claims(study.name, claims_file)
     sha = (re.search(r"^- git SHA: `([0-9a-f]{7,40})`", text, re.M) or [None, None])[1]
+    # a study resumed at a later commit names that one too; its trials trained at both
+    later = (re.search(r"^- its latest --resume ran at commit `([0-9a-f]{7,40})`", text, re.M) or [None, None])[1]
     section = _section(text, "Claims") or []
     table = [ln for ln in section if ln.startswith("| `")]
     if claims and not section:
@@ -119,7 +121,7 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
         if REGISTRATION_HEADER in header:
             # The status computed now for the runs' commit must be the one printed: a claim whose rows, metric,
             # direction or margin changed since the report was made is no longer what the report's verdict judged.
-            now = registration(cid, {sha}) if sha else ""
+            now = registration(cid, {sha} | ({later} if later else set())) if sha else ""
             if len(cells) < 8 or (now and not now.startswith("unknown") and cells[7] != now):
                 found.append(("registration status", f"{cid}: the report says {cells[7:8]}, git now {now!r}"))
     return found

@@ -109,7 +109,9 @@ def log_table2(client):
     client.log_batch(parent, metrics=[Metric("invocation_wall_seconds", v, T0, step)
                                       for step, v in ((0, 1500.0), (0, 3000.0), (1, 4200.0))]
                      + [Metric("prepare_seconds", 12.0, T0, 1)],
-                     tags=[RunTag("resume_count", "1"), RunTag("command_last", T2_RESUMED)])
+                     tags=[RunTag("resume_count", "1"), RunTag("command_last", T2_RESUMED),
+                           RunTag("git_sha_last", SHA), RunTag("git_dirty_last", "False"),
+                           RunTag("hardware_last", "2 CPU cores (another machine)")])
     finish(client, parent, len(T2), 1)
     return parent
 
@@ -269,6 +271,9 @@ def test_table2_paper_and_ours(reports):
     assert "- wall time 2.00 h over 2 invocations (the last 321 s, of it data preparation 12 s)" in text
     first = "python -m harness run studies/table2.yaml --profile tiny"
     assert f"- command: `{first}`; its latest --resume: `{T2_RESUMED}`" in text
+    # the resume ran on another machine (at the same commit): the header says where, beside the first's
+    assert (f"- its latest --resume ran at commit `{SHA}` (uncommitted changes: False) on 2 CPU cores (another "
+            "machine)") in text
     assert f"- CPU time of the trials: {2 * 3360 / 3600:.2f} CPU-hours" in text
     # big_enfr ran without the rule: neither stopped by it nor at its budget
     assert ("- the patience rule stopped 2 of the 3 finished trials that trained under it (66.6 %); 1 hit the step "

@@ -222,9 +222,14 @@ def test_the_command_to_continue_is_the_latest_resumes_with_its_own_sets(store):
     from harness.tracking import StudyTracking
     study, uri, client, parent = store
     later = COMMAND + " --resume --set resources.cpu=1"
-    StudyTracking(uri, "mini").reopen_parent(parent, 1, later)
+    StudyTracking(uri, "mini").reopen_parent(parent, 1, later, {"git_sha": "f" * 40, "git_dirty": False,
+                                                                "hardware": "another machine", "study": "mini"})
     client.set_terminated(parent, "KILLED")
     tags = client.get_run(parent).data.tags
     assert tags["command"] == COMMAND and tags["command_last"] == later and tags["resume_count"] == "1"
+    # the resume's own commit and machine, beside the first invocation's (which stay)
+    assert (tags["git_sha_last"], tags["git_dirty_last"], tags["hardware_last"]) == ("f" * 40, "False",
+                                                                                    "another machine")
+    assert "study_last" not in tags and tags.get("hardware") != "another machine"
     status = study_status(study, study_snapshot(uri, "mini", "tiny"))
     assert render(status).splitlines()[-1].startswith(f"not running (interrupted); `{later}` continues it")

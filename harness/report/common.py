@@ -209,12 +209,25 @@ def provenance_line(parent: dict) -> str:
             f"profile `{tags.get('profile', '?')}` · {tags.get('hardware', '?')} · {tags.get('started', '?')}")
 
 
+def _resumed_elsewhere(tags: dict) -> list[str]:
+    """A line where the study's latest --resume ran at another commit or on other hardware than its first
+    invocation (whose commit and hardware the provenance line names); nothing otherwise."""
+    sha, hw = tags.get("git_sha_last"), tags.get("hardware_last")
+    if (sha is None or sha == tags.get("git_sha")) and (hw is None or hw == tags.get("hardware")):
+        return []
+    return [f"- its latest --resume ran at commit `{sha or '?'}` (uncommitted changes: "
+            f"{tags.get('git_dirty_last', '?')}) on {hw or '?'}; the trials' own commits decide each claim's "
+            "registration"]
+
+
 def _versions_line(tags: dict, runs: pd.DataFrame) -> list[str]:
     """The libraries the study ran with (the parent's version.* tags) and the hardware its trials trained on
     (each child's own hardware tag: on a cluster it is the worker's); nothing for a store written before
     these tags existed."""
     named = [(k[len("version."):], v) for k, v in sorted(tags.items()) if k.startswith("version.")]
-    devices = sorted(set(runs["tags.hardware"].dropna())) if "tags.hardware" in runs else []
+    # a trial resumed on another machine trained on both (`hardware_last`: its latest attempt's)
+    devices = sorted(set().union(*(set(runs[c].dropna()) for c in ("tags.hardware", "tags.hardware_last")
+                                   if c in runs)))
     if not named and not devices:
         return []
     line = "- versions: " + ", ".join(f"{name} {v}" for name, v in named) if named else "- versions: ?"
@@ -263,6 +276,7 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
                  f"; its latest --resume: `{tags['command_last']}`"
                  if tags.get("command_last") and tags["command_last"] != tags.get("command") else ""),
              f"- git SHA: `{tags.get('git_sha', '?')}`, uncommitted changes: {tags.get('git_dirty', '?')}",
+             *_resumed_elsewhere(tags),
              f"- study version {tags.get('version', '?')}, profile `{tags.get('profile', '?')}`, "
              f"hardware: {tags.get('hardware', '?')}, started {tags.get('started', '?')}",
              *_versions_line(tags, runs),
@@ -701,7 +715,10 @@ def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
     judged = judged if len(judged) else runs
     # a run that recorded no commit counts as "" (registration cannot then be established for it)
     shas = set(judged["tags.git_sha"].fillna("").astype(str)) if "tags.git_sha" in judged else {""}
-    dirty = judged.get("tags.git_dirty", pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
+    if "tags.git_sha_last" in judged:          # a trial resumed at a later commit trained at both
+        shas |= set(judged["tags.git_sha_last"].dropna().astype(str))
+    dirty = any(judged.get(c, pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
+                for c in ("tags.git_dirty", "tags.git_dirty_last"))
     return registration(claim_id, shas, bool(dirty))
 
 

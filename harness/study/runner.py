@@ -388,7 +388,7 @@ def _open_parent(tracking: StudyTracking, study: Study, parent, tags: dict, runs
     parent_id = parent.info.run_id
     run_dir = Path(parent.data.tags["run_dir"])
     check_writable(run_dir, "the resumed study's run directory", "give a writable directory with --runs-dir")
-    tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1, command)
+    tracking.reopen_parent(parent_id, int(parent.data.tags.get("resume_count", "0")) + 1, command, tags)
     print(f"resuming {study.name} (MLflow run {parent_id}): {n_todo} of {len(study.trials)} trials left")
     return parent_id, run_dir
 
