@@ -233,3 +233,19 @@ def test_the_command_to_continue_is_the_latest_resumes_with_its_own_sets(store):
     assert "study_last" not in tags and tags.get("hardware") != "another machine"
     status = study_status(study, study_snapshot(uri, "mini", "tiny"))
     assert render(status).splitlines()[-1].startswith(f"not running (interrupted); `{later}` continues it")
+
+
+def test_a_trial_resumed_at_another_commit_or_machine_records_both(tmp_path):
+    # A trial's first attempt keeps its tags; each later attempt adds its own commit and machine as *_last, which
+    # the report's hardware line and the claims' registration read beside the first.
+    from harness.tracking import TrialRun
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("x")
+    parent = client.create_run(exp).info.run_id
+    first = TrialRun(uri, exp, parent, "base-s0", {"git_sha": "a" * 40, "hardware": "m1", "git_dirty": False}, {})
+    again = TrialRun(uri, exp, parent, "base-s0", {"git_sha": "b" * 40, "hardware": "m2", "git_dirty": True}, {})
+    tags = client.get_run(again.run_id).data.tags
+    assert again.reopened and not first.reopened and again.run_id == first.run_id and tags["attempts"] == "2"
+    assert (tags["git_sha"], tags["hardware"], tags["git_dirty"]) == ("a" * 40, "m1", "False")
+    assert (tags["git_sha_last"], tags["hardware_last"], tags["git_dirty_last"]) == ("b" * 40, "m2", "True")
