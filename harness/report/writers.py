@@ -164,6 +164,16 @@ def _short(change: str, most: int = 3) -> str:
     return f"{head}: {', '.join(parts[:most])} and {len(parts) - most} more"
 
 
+def _refusal(study: str, index_dir: Path, results: dict, replace: bool, force: bool) -> str | None:
+    """Why these results may not replace the report in `index_dir` (None: they may). A fuller report is named
+    first, with what replacing it would change and `--force`, whether or not another invocation made it: that is
+    the evidence a reader would lose; then a report of another invocation, which --replace writes over."""
+    if force:
+        return None
+    return _holds_less(study, index_dir, results) or (None if replace else _replaces_another(study, index_dir,
+                                                                                              results))
+
+
 def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = None,
                  profile: str | None = None, variant: str = "", replace: bool = True, force: bool = False,
                  say: Callable[[str], None] | None = None, publish: bool = True) -> list[Path]:
@@ -176,8 +186,7 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
     results = load_results(study, uri, profile, variant)
     writer = writer_for(results["parent"], study)
     index_dir = Path(out_dir)
-    refusal = (None if replace or force else _replaces_another(study, index_dir, results)) or \
-        (None if force else _holds_less(study, index_dir, results))
+    refusal = _refusal(study, index_dir, results, replace, force)
     if refusal:
         raise UserError(refusal)
     out_dir = index_dir / report_folder(results["parent"])
@@ -218,8 +227,7 @@ def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies:
                 if not str(err).startswith(("no runs of", "the latest run of")):
                     raise
                 continue
-            refusal = (None if replace or force else _replaces_another(study, Path(out_dir), results)) or \
-                (None if force else _holds_less(study, Path(out_dir), results))
+            refusal = _refusal(study, Path(out_dir), results, replace, force)
             if refusal:
                 raise UserError(refusal)
             todo.append((study, name))
