@@ -720,21 +720,31 @@ def _cmd_settings(args) -> int:
     return 0
 
 
+def _shown_path(path: Path) -> str:
+    """A study file as a command line names it: relative to the working directory where it lies below it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _cmd_show(args) -> int:
     """`show STUDY ROW`: the row's resolved settings, each with where it came from."""
     from harness import overrides
     from harness.study.kinds import KINDS
     from harness.study.spec import Selection, read_study_file
-    file = read_study_file(_study_path(args.study), KINDS)
+    path = _study_path(args.study)
+    file = read_study_file(path, KINDS)
     kind = KINDS[file.head["kind"]]
     if kind.explain is None:
-        raise UserError(f"{args.study} is a {kind.name} study: its rows are probe settings, which `python -m harness "
-                        f"run {args.study} --dry-run` lists; `show` explains training rows.")
-    sets = {sec: v for sec, v in overrides.parse_sets(args.set).items() if v}
+        article = "an" if kind.name[:1] in "aeiou" else "a"
+        raise UserError(f"{args.study} is {article} {kind.name} study: its rows are probe settings, which "
+                        f"`python -m harness run {_shown_path(path)} --dry-run` lists; `show` explains training rows.")
+    sets = {sec: v for sec, v in overrides.parse_sets(args.set, overrides.RUN_SECTIONS).items() if v}
     seeds = [args.seed] if args.seed is not None else None
     settings = kind.explain(file, Selection(args.profile, None, seeds, sets), args.row)
     print(f"{file.head['name']} row {args.row}{f', profile {args.profile}' if args.profile else ''}: each setting "
-          "and where it came from (preset < base < row < profile scale < profile < profile row < --set)")
+          "and where it came from (preset < base < profile base < row < profile scale < profile < profile row < --set)")
     for key, value, source in settings:
         print(f"{key:<34} {json.dumps(value):<22} {source}")
     return 0
@@ -769,8 +779,9 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if ("default" in text.lower() or action.default in (None, False, [], argparse.SUPPRESS)
-                or not action.option_strings):
+        # `is` for None and False: a default of 0 (== False) is a default worth showing
+        if ("default" in text.lower() or action.default is None or action.default is False
+                or action.default in ([], argparse.SUPPRESS) or not action.option_strings):
             return text
         return text + " (default: %(default)s)"
 

@@ -280,6 +280,16 @@ def test_show_names_where_each_setting_of_a_row_came_from(capsys):
     assert lines["train.seed"].endswith("the trial's seed") and lines["data.train_pairs"].endswith("profile")
     code, _, err = run(capsys, "show", "table1", "sdpa")
     assert code == 2 and "scaling study" in err and len(err.strip().splitlines()) == 1
+    assert "`python -m harness run studies/table1.yaml --dry-run` lists" in err        # a command that runs
+    # a profile's own base is named as such (the tiny profile's average_last 5; the study's base says 0)
+    code, out, _ = run(capsys, "show", "studies/table3.yaml", "base")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert code == 0 and lines["train.average_last"].split()[1:] == ["5", "profile", "base"]
+    # a study's resources, as `run --set` takes them, and where each came from
+    code, out, _ = run(capsys, "show", "table3", "base", "--set", "resources.gpu=8")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert code == 0 and lines["resources.gpu"].split()[1:] == ["8.0", "--set"]
+    assert lines["resources.cpu"].split()[1:] == ["1", "profile"] and lines["resources.workers"].endswith("default")
 
 
 def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):
@@ -330,7 +340,8 @@ def test_every_option_of_every_command_has_help_that_shows_its_default():
     missing = [f"{' '.join(path)} {a.option_strings[0]}" for path, a, _ in found if not (a.help or "").strip()]
     assert missing == []
     for path, action, parser in found:
-        if action.default in (None, False, [], argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
+        if (action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS)
+                or isinstance(action, argparse._HelpAction)):         # 0 == False: a default of 0 is shown too
             continue
         text = " ".join(parser._get_formatter()._format_action(action).split())   # this option's lines of --help
         shown = f"(default: {action.default})" in text or "default" in (action.help or "").lower()

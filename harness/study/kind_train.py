@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -68,6 +68,7 @@ class Layers:
     factors: dict[str, dict]            # the profile's scale
     profile: dict[str, dict]            # the profile's settings
     profile_rows: dict[str, dict[str, dict]]   # the profile's overrides of single rows
+    profile_base: dict[str, dict] = field(default_factory=dict)   # the profile's `base:` (in `base` too; `show`)
 
     def resolve(self, row: str, seed: int, sets: dict[str, dict]) -> Trial:
         """preset -> base -> row -> scale -> profile -> the profile's row -> `run --set`."""
@@ -98,14 +99,15 @@ class Layers:
 
     def sources(self, row: str, trial: Trial, sets: dict[str, dict]) -> list[tuple[str, object, str]]:
         """Each resolved setting of the row's trial as (section.key, value, where it came from): the preset (or
-        the family's or the data's default), the base, the row, the profile's scale, the profile, the profile's
-        settings of this row, `--set`, the trial's seed, or `derived` (a field that follows others, e.g. d_k)."""
+        the family's or the data's default), the base, the profile's base, the row, the profile's scale, the
+        profile, the profile's settings of this row, `--set`, the trial's seed, or `derived` (a field that follows
+        others, e.g. d_k)."""
         model_preset, train_preset = preset(self.preset)
         start = {"model": to_dict(model_preset), "train": train_preset.to_dict(),
                  "data": dataclasses.asdict(DataConfig())}
         final = {"model": to_dict(trial.model), "train": trial.train.to_dict(),
                  "data": dataclasses.asdict(trial.data)}
-        steps = [("base", self.base), ("row", self.rows[row]),
+        steps = [("base", self.base), ("profile base", self.profile_base), ("row", self.rows[row]),
                  *((f"profile scale x{f:g}", {sec: {k: f}}) for sec in SECTIONS for k, f in self.factors[sec].items()),
                  ("profile", self.profile), ("profile row", self.profile_rows.get(row, {})), ("--set", sets)]
         out = []
@@ -134,10 +136,13 @@ def _read_layers(chk: Checker, raw: dict, prof: dict, where: str, all_rows: dict
     prof_base = chk.mapping(prof.get("base"), f"{where}.base")
     chk.keys(prof_base, f"{where}.base", BASE_KEYS - {"preset"})
     base_over: dict[str, dict] = {s: {} for s in SECTIONS}
+    prof_base_over: dict[str, dict] = {s: {} for s in SECTIONS}
     for sec in SECTIONS:
         for layer, at in ((base, "base"), (prof_base, f"{where}.base")):
-            base_over[sec].update(section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}",
-                                                    sec)[sec])
+            got = section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}", sec)[sec]
+            base_over[sec].update(got)
+            if layer is prof_base:
+                prof_base_over[sec].update(got)
     row_over = {str(r): section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
                 for r, v in all_rows.items()}
     if "preset" in prof:
@@ -148,7 +153,7 @@ def _read_layers(chk: Checker, raw: dict, prof: dict, where: str, all_rows: dict
         known_row(chk, r, f"{where}.rows.{r}", all_rows)
     prof_row_over = {str(r): section_overrides(chk, chk.mapping(v, f"{where}.rows.{r}"), f"{where}.rows.{r}", None)
                      for r, v in prof_rows.items()}
-    return Layers(preset, base_over, row_over, factors, prof_over, prof_row_over)
+    return Layers(preset, base_over, row_over, factors, prof_over, prof_row_over, prof_base_over)
 
 
 def _known_preset(chk: Checker, name, where: str) -> str:
@@ -199,7 +204,12 @@ def explain(file: StudyFile, sel: Selection, row: str) -> list[tuple[str, object
     study = load(file, dataclasses.replace(sel, rows=[row]))     # checks the file, the profile and the row
     profile, prof = pick_profile(file.chk, file.raw, sel.profile)
     layers = _read_layers(file.chk, file.raw, prof, f"profiles.{profile}", checked_rows(file))
-    return layers.sources(row, study.trials[0], sel.sets)
+    # what each trial of the study takes (`run --set resources.KEY=V` included), and from where
+    given = (("--set", sel.sets.get("resources") or {}), ("profile", prof.get("resources") or {}),
+             ("study", file.raw.get("resources") or {}))
+    takes = [(f"resources.{k}", v, next((name for name, layer in given if k in layer), "default"))
+             for k, v in study.resources.items()]
+    return layers.sources(row, study.trials[0], sel.sets) + takes
 
 
 # --- the driver's side: dry run, data, summary ---
