@@ -703,8 +703,8 @@ def _print_settings(section: str | None = None) -> None:
     """Every --set key (or one section's) with its type, default and one line of help, by whose setting it is:
     each model family, the training, each measurement, the data."""
     from harness import overrides
-    if section is not None and section not in overrides.SECTIONS:
-        raise UserError(f"settings {section!r}: give a section, one of {', '.join(overrides.SECTIONS)}.")
+    if section is not None and section not in overrides.RUN_SECTIONS:
+        raise UserError(f"settings {section!r}: give a section, one of {', '.join(overrides.RUN_SECTIONS)}.")
     owner = None
     for key, kind, default, doc, whose in overrides.catalogue():
         if section and not key.startswith(section + "."):
@@ -753,15 +753,15 @@ def _cmd_show(args) -> int:
 def _add_list(sub) -> None:
     ls = sub.add_parser("list", help="list the studies, a study's profiles or rows, the claims, or the --set settings")
     ls.add_argument("what", nargs="?", default=None, choices=LISTABLE,
-                    help="studies | profiles STUDY | rows STUDY [--profile P] | claims [STUDY] | "
-                         "settings [model|train|data]; left out: every study with its profiles, rows and claims")
+                    help="studies | profiles STUDY | rows STUDY [--profile P] | claims [STUDY] | settings "
+                         "[model|train|data|resources]; left out: every study with its profiles, rows and claims")
     ls.add_argument("study", nargs="?", default=None,
                     help="the study (a name such as table3, or a file); for settings, the section")
     ls.add_argument("--profile", default=None, help="with rows: the profile (the study's default when left out)")
     ls.set_defaults(func=_cmd_list)
     st = sub.add_parser("settings", help="every --set key: its type, default and one line of help, for each model "
                                          "family, the training, each measurement and the data")
-    st.add_argument("section", nargs="?", default=None, help="one section: model, train or data")
+    st.add_argument("section", nargs="?", default=None, help="one section: model, train, data or resources")
     st.set_defaults(func=_cmd_settings)
     sh = sub.add_parser("show", help="a study row's resolved settings, each with where it came from")
     sh.add_argument("study", help="the study (a name such as table3, or a file)")

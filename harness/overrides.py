@@ -137,24 +137,43 @@ def apply(model_cfg, train_cfg: TrainConfig, data_cfg: DataConfig, sets: dict[st
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """Each field's one line of help: the comment on its line in the class's source (or on the line above)."""
+    """Each field's one line of help: the first sentence of the comment on its line (with the comment lines below
+    that continue it, their # in the same column) or of the comment block above it, in the class's source."""
     import inspect
     import re
     try:
         lines = inspect.getsource(cls).splitlines()
     except (OSError, TypeError):
         return {}
-    out, above, in_block = {}, "", False
+    raw: dict[str, list[str]] = {}
+    block: list[str] = []                     # the comment lines just above the next field
+    inline: tuple[str, int] | None = None     # the last field with a comment on its line, and that #'s column
     for line in lines:
         m = re.match(r"^\s+([a-z_][a-z_0-9]*)\s*:\s*[^=#]+(?:=[^#]*)?(?:#\s*(.*))?$", line)
-        if m and m.group(1) not in out:
-            out[m.group(1)] = (m.group(2) or above).strip()
+        if m:
+            if m.group(1) not in raw:
+                raw[m.group(1)] = [m.group(2)] if m.group(2) else block
+            inline = (m.group(1), line.rfind("#", 0, m.start(2))) if m.group(2) else None
+            block = []
+            continue
         comment = re.match(r"^\s+#\s*(.*)$", line)
-        if comment:                    # a comment block above a field: its first line
-            above, in_block = (above if in_block else comment.group(1)), True
+        if comment and inline and line.index("#") == inline[1]:
+            raw[inline[0]].append(comment.group(1))           # the field's own comment, continued
+        elif comment:
+            block, inline = block + [comment.group(1)], None
         else:
-            above, in_block = "", False
-    return out
+            block, inline = [], None
+    return {name: first_sentence(" ".join(parts)) for name, parts in raw.items()}
+
+
+def first_sentence(text: str, most: int = 200) -> str:
+    """The text's first sentence (to a full stop before a capital, a bracket or a quote: "e.g. d_k" goes on),
+    cut at a word with an ellipsis past `most` characters."""
+    import re
+    text = " ".join(text.split())
+    end = re.search(r"\.\s+(?=[A-Z(\"`§])", text)
+    text = text[:end.start() + 1] if end else text
+    return text if len(text) <= most else text[:most - 1].rsplit(" ", 1)[0] + " …"
 
 
 def catalogue() -> list[tuple[str, str, str, str, str]]:
@@ -182,4 +201,9 @@ def catalogue() -> list[tuple[str, str, str, str, str]]:
     for m in measurements():
         out += rows(m.settings, "train", f"measurement {m.name}", {v: k for k, v in m.keys().items()})
     out += rows(DataConfig, "data", "data")
-    return out
+    out += rows(Resources, "resources", "resources (a study's, per trial: `run --set` and `show --set` only)")
+    # a family that shares a key with the first (the decoder-only model's d_model, n_heads, ...) shares its help
+    first = {}
+    for key, _, _, doc, _ in out:
+        first.setdefault(key, doc)
+    return [(key, kind, default, doc or first[key], whose) for key, kind, default, doc, whose in out]

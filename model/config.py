@@ -29,26 +29,26 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class TransformerConfig:
     vocab_size: int = 37000          # §5.1: shared source-target BPE vocabulary of about 37000 tokens
-    d_model: int = 512
-    d_ff: int = 2048
+    d_model: int = 512               # §3.1: the width of every sub-layer output and embedding
+    d_ff: int = 2048                 # §3.3: the inner width of the position-wise feed-forward networks
     n_heads: int = 8                 # h
     d_k: int | None = None           # None -> d_model // n_heads (§3.2.2); otherwise free (Table 3 row B)
     d_v: int | None = None           # None -> d_model // n_heads; independent of d_k
     n_kv_heads: int | None = None    # None -> n_heads (the paper); fewer -> GQA, 1 -> MQA
     n_layers: int = 6                # N; n_enc_layers / n_dec_layers override it per side
-    n_enc_layers: int | None = None
-    n_dec_layers: int | None = None
+    n_enc_layers: int | None = None  # None -> n_layers: the encoder's depth
+    n_dec_layers: int | None = None  # None -> n_layers: the decoder's depth
     p_drop: float = 0.1              # §5.4 residual dropout: sub-layer outputs and embedding sums
     p_attn_drop: float = 0.0         # dropout on attention weights; the paper gives none for MT
     positional: Positional = "sinusoid"      # §3.5; Table 3 row E: learned
     norm_position: NormPosition = "post"     # the paper: LayerNorm(x + Sublayer(x))
-    norm: Norm = "layer"
+    norm: Norm = "layer"             # layer (the paper's LayerNorm) | rms (RMSNorm)
     ffn: FFN = "relu"                # §3.3: max(0, xW1 + b1)W2 + b2
     share_embeddings: bool = True    # §3.4: source, target and pre-softmax weights shared
     max_len: int = 1024              # longest sequence for learned positions and the sinusoid table
-    norm_eps: float = 1e-5
-    rope_base: float = 10000.0
-    pad_id: int = 0
+    norm_eps: float = 1e-5           # the normalization's epsilon
+    rope_base: float = 10000.0       # positional rope: the base of its rotation frequencies (Su et al.)
+    pad_id: int = 0                  # the padding token's id (the vocabulary's, fixed by data preparation)
     # DEVIATION (not in the paper; default False, the paper's token positions): positions count words, not
     # tokens. A source piece takes the index of its word; a target token the number of word tokens (Vinyals'
     # XX) before it and at it, so that the decoder's position is the index of the next word to place and the

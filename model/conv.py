@@ -40,16 +40,16 @@ class ConvConfig:
     """ConvS2S's WMT14 EN-DE shape by default: 15 encoder and 15 decoder layers of kernel 3, 768-wide
     embeddings. DEVIATION (documented, one width): every block here is d_hidden wide; the paper's EN-DE model
     widens its upper blocks (9 x 512, 4 x 1024, 2 x 2048 hidden units)."""
-    vocab_size: int = 37000
+    vocab_size: int = 37000          # shared source-target vocabulary, as the Transformer rows
     d_model: int = 768               # embedding width (tokens, positions, the attention's keys and values)
     d_hidden: int = 512              # the convolutions' width
-    n_enc_layers: int = 15
-    n_dec_layers: int = 15
-    kernel: int = 3
+    n_enc_layers: int = 15           # encoder blocks
+    n_dec_layers: int = 15           # decoder blocks
+    kernel: int = 3                  # the convolutions' kernel width k (odd)
     p_drop: float = 0.2              # §4.3: dropout 0.2 on embeddings, block inputs and the decoder output
     max_len: int = 1024              # learned positions: the table's length
-    pad_id: int = 0
-    family: ConvFamily = "conv"
+    pad_id: int = 0                  # the padding token's id
+    family: ConvFamily = "conv"       # the model family this config builds (model/family.py)
 
     def __post_init__(self) -> None:
         check_positive(self, ("vocab_size", "d_model", "d_hidden", "n_enc_layers", "n_dec_layers", "kernel", "max_len"))

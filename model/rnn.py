@@ -40,10 +40,10 @@ ATTENTION_KINDS = ("additive", "luong")
 @dataclass(frozen=True)
 class RNNConfig:
     """GNMT's shape by default (Wu et al. 2016: 8 encoder and 8 decoder LSTM layers of 1024 units)."""
-    vocab_size: int = 37000
+    vocab_size: int = 37000          # shared source-target vocabulary, as the Transformer rows
     d_model: int = 1024              # LSTM units a layer (and the embedding width)
     n_enc_layers: int = 8            # the bottom one bidirectional
-    n_dec_layers: int = 8
+    n_dec_layers: int = 8            # decoder LSTM layers
     residual_from: int = 3           # residual connections from this layer (1-based) up, GNMT §3.1
     p_drop: float = 0.2              # dropout on each layer's input and on the embeddings (tf/nmt's gnmt: 0.2)
     share_embeddings: bool = True    # source, target and pre-softmax weights tied, as the Transformer rows
@@ -52,8 +52,8 @@ class RNNConfig:
     # Added after studies had run without it: left out of a trial's config hash at its default.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("attention",)
     max_len: int = 1024              # longest output the decoders may ask for (no position table)
-    pad_id: int = 0
-    family: RnnFamily = "rnn"
+    pad_id: int = 0                  # the padding token's id
+    family: RnnFamily = "rnn"         # the model family this config builds (model/family.py)
 
     def __post_init__(self) -> None:
         check_positive(self, ("vocab_size", "d_model", "n_enc_layers", "n_dec_layers", "residual_from", "max_len"))

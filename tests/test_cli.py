@@ -301,6 +301,14 @@ def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):
     assert steps.split()[1:3] == ["int", "100000"] and "§5.2" in steps
     heads = next(ln for ln in out.splitlines() if ln.startswith("train.heads_sentences "))
     assert "dev sentences probed" in heads
+    # every key has its line of help (a family sharing a key with the transformer shares its help), the first
+    # sentence of a comment of several lines whole, not cut at the comment's first line
+    from harness import overrides
+    assert [key for key, _, _, doc, _ in overrides.catalogue() if not doc.strip()] == []
+    words = next(ln for ln in out.splitlines() if ln.startswith("model.word_positions "))
+    assert words.endswith("positions count words, not tokens.")
+    code, out, _ = run(capsys, "settings", "resources")
+    assert code == 0 and "resources.gpu" in out and "resources.workers" in out
     code, out, _ = run(capsys, "settings", "data")
     assert code == 0 and all(ln.startswith(("data.", "#")) for ln in out.splitlines() if ln.strip())
     assert run(capsys, "settings", "modle")[0] == 2

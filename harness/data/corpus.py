@@ -29,9 +29,9 @@ class DataConfig:
     name: str = "synth"            # "synth" (the made-up corpus) or a directory with train/dev/test files
     task: Literal["translate", "parse"] = "translate"   # parse: sentence -> linearized tree (Table 4)
     train_pairs: int = 50_000      # synth only: sizes and seed of the generated corpus
-    dev_pairs: int = 1000
-    test_pairs: int = 1000
-    seed: int = 1
+    dev_pairs: int = 1000          # synth only: dev pairs generated
+    test_pairs: int = 1000         # synth only: test pairs generated
+    seed: int = 1                  # synth only: the seed of the generated sentences (lexicon_seed: of the words)
     lexicon_scale: float = 1.0     # synth only: multiplies the lexicon's sizes (1.0: 5,000 lemmas)
     # synth only, the grammar's own defaults (harness/data/synth/config.py SynthConfig):
     max_depth: int = SYNTH.max_depth   # how deep clauses, PPs and coordinations nest (1..8)

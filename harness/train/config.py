@@ -24,10 +24,10 @@ class TrainConfig:
     label_smoothing: float = 0.1       # §5.4 eps_ls
     max_tokens: int = 25_000           # padded tokens per side in one forward pass (a micro-batch)
     batch_tokens: int = 25_000         # tokens per side in one update; > max_tokens accumulates gradients
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    seed: int = 0
+    adam_beta1: float = 0.9            # §5.3: Adam's beta1
+    adam_beta2: float = 0.98           # §5.3: Adam's beta2
+    adam_eps: float = 1e-9             # §5.3: Adam's epsilon
+    seed: int = 0                      # initialization, dropout and batch order (a study sets it per trial: --seeds)
     max_minutes: float = 0.0           # stop training after this wall time (0: no limit)
     checkpoint_every: int = 1000       # steps between checkpoints (0: only by time and at the end)
     checkpoint_minutes: float = 10.0   # §6.1: checkpoints written every 10 minutes
@@ -43,8 +43,8 @@ class TrainConfig:
     patience: int = 0                  # dev evaluations without a new best before the run stops (0: off)
     average_at: str = "best"           # patience: the averaged checkpoints end at the best (best) or the stop (last)
     beam_size: int = 4                 # §6.1: beam 4, alpha 0.6, max length input + 50
-    alpha: float = 0.6
-    max_extra: int = 50
+    alpha: float = 0.6                 # §6.1: the beam's length penalty alpha
+    max_extra: int = 50                # §6.1: the longest output is the input's length + max_extra
     bleu_sentences: int = 0            # dev sentences decoded for BLEU (0: all)
     eval_test: bool = False            # also score the test set (Table 2)
     # DEVIATION (off by default): constrained decodes parses a second time under a tree constraint
@@ -52,7 +52,7 @@ class TrainConfig:
     constrained: bool = False          # parsing: also decode under the tree constraint (its own column)
     # DEVIATION: the tokenized BLEU uses today's Moses rules by default, "2017" the paper's (harness/eval/bleu.py)
     bleu_moses: str = "2025"           # Moses version of the tokenized BLEU: 2025 (today's scripts) or 2017
-    log_every: int = 50
+    log_every: int = 50                # steps between training-loss points of the curve
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     amp: bool = True                   # bf16 autocast on CUDA (fp32 master weights); ignored on CPU
     # DEVIATION (off by default): cpu_amp runs bf16 autocast on a CPU with bf16 instructions (AVX512-BF16 or
@@ -77,7 +77,7 @@ class TrainConfig:
     lr: float = 0.0                    # constant_decay: the rate before decay (GNMT's Adam 1e-3, ConvS2S 0.25)
     decay_start: float = 2 / 3         # constant_decay: the share of the steps after which the rate decays
     decay_times: int = 4               # constant_decay: how many times it is multiplied by decay_factor
-    decay_factor: float = 0.5
+    decay_factor: float = 0.5          # constant_decay and plateau: what each decay multiplies the rate by
     # plateau (with the patience rule): cfg.lr after a linear warmup, times decay_factor each time lr_patience
     # dev evaluations pass without a new best, at most decay_times times (harness/train/patience.py).
     lr_patience: int = 0
