@@ -538,3 +538,22 @@ def test_labels_that_would_overlap_are_moved_apart():
     separate_labels(fig, labels)
     boxes = [t.get_window_extent(renderer) for t in labels]
     assert not boxes[0].overlaps(boxes[1]) and labels[2].xyann == (4, 2)     # the lone label stays where it was
+
+
+def test_a_plot_with_nothing_of_the_study_is_not_drawn(tmp_path):
+    # Table 2's utilization bars with none of ours (only the paper's two), Table 1's timings and paths with no row
+    # timed: each would say nothing of the study, so none is drawn (the report then links no picture).
+    from harness.report.table1 import plot_table1_paths, plot_table1_time
+    from harness.report.table2 import plot_table2_utilization
+    costs = [{"model": "Transformer (base model)", "implied_utilization": 0.29}]
+    empty = pd.DataFrame({"row": ["base"], "implied_utilization": [float("nan")], "device": ["cpu"]})
+    assert plot_table2_utilization("table2", empty, costs, tmp_path / "u.png") is None
+    ours = empty.assign(implied_utilization=[0.5])
+    assert plot_table2_utilization("table2", ours, costs, tmp_path / "u.png") == tmp_path / "u.png"
+    nan = float("nan")
+    table = pd.DataFrame({"row": ["sdpa"], "n_fixed": [nan], "d_fixed": [nan], "paper_path": [""], "status": ["FAILED"],
+                          **{f"{k}_{v}": [nan] for v in "nd" for k in ("exp", "paper_exp")},
+                          **{f"exp_{v}_{p}": [nan] for v in "nd" for p in ("fwd", "fwd_bwd")}})
+    assert plot_table1_time("table1", table, {}, "n", tmp_path / "t.png") is None
+    assert plot_table1_paths("table1", table, {}, tmp_path / "p.png") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["u.png"]

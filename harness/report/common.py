@@ -1070,12 +1070,11 @@ def failure_cell(r: dict) -> str:
         ("" if r["status"] == "FINISHED" else r["status"])
 
 
-def no_data(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} logged", transform=ax.transAxes, ha="center", va="center", color="gray")
-
-
-def write_files(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path],
+def write_files(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path | None],
            claims: list[str] = ()) -> list[Path]:
+    """The report's .md (its lines, then its plots, then its claims) and .csv; a plot not drawn (None: it would
+    carry no information) is left out."""
+    plots = [p for p in plots if p is not None]
     lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), "", *claims]
     try:
         before = _plots_in((out_dir / f"{study}.md").read_text(encoding="utf-8"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import finished, interval_cell, md_table, plot_title, save_png
+from harness.report.common import finished, interval_cell, md_table, plain_log_labels, plot_title, save_png
 
 SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"),
          ("agree", "agreement accuracy (%)", "{:.1f}"))
@@ -71,6 +71,7 @@ def _plot(runs: pd.DataFrame, rows: list[str], buckets: list[tuple[int, str]], p
         ax.set(xlabel="source length (words); shaded: trained", title=name)
         if key == "ppl":
             ax.set_yscale("log")
+            plain_log_labels(ax.yaxis)      # a PPL from 1 to 20 carried only 10^0 and 10^1
         ax.legend(fontsize=7)
     seeds = min((len(finished(runs, r)) for r in rows), default=0)
     fig.suptitle(f"{plot_title(path.stem.removesuffix('_length'), runs)}: by source length, the mean over "

@@ -16,7 +16,6 @@ from harness.report.common import (
     bracket_cell,
     finished,
     md_table,
-    no_data,
     num,
     plot_title,
     save_png,
@@ -173,8 +172,6 @@ def plot_compute(by_row: dict, flops_budget: float, secs_budget: float, path: Pa
             for ax, axis, scale in ((axes[0], 0, 1.0), (axes[1], 1, 1 / 60)):
                 ax.plot([p[axis] * scale for p in seed], [p[2] for p in seed], color=f"C{i % 10}", lw=1, marker=".",
                         ms=3, label=row if j == 0 else None)
-    if not by_row:
-        no_data(axes[0], "curves")
     axes[0].axvline(flops_budget, color="gray", ls=":", lw=1)
     axes[1].axvline(secs_budget / 60, color="gray", ls=":", lw=1)
     axes[0].set(xscale="log", xlabel="training FLOPs (counted)", ylabel="dev BLEU (greedy, tokenized)",

@@ -21,7 +21,6 @@ from harness.report.common import (
     header_lines,
     md_table,
     mean_of,
-    no_data,
     num,
     param_of,
     plot_title,
@@ -239,7 +238,7 @@ def render_table1(study: str, results: dict, table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, path: Path) -> Path:
+def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, path: Path) -> Path | None:
     """Log-log time against n (or d) per layer: markers and the row's line style forward, dashed forward + backward
     (none for a decoding step), slopes in the legend, which sits outside the axes."""
     fig = Figure(figsize=(10.5, 5.5), layout="constrained")
@@ -260,7 +259,7 @@ def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, pa
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7,
                    title="slope fwd / fwd+bwd", title_fontsize=7)
     else:
-        no_data(ax, "timings")
+        return None                    # nothing timed: a plot would carry no information
     fixed = "d" if var == "n" else "n"
     at = table[f"{fixed}_fixed"].dropna()
     ax.set(xlabel="sequence length n" if var == "n" else "width d",
@@ -269,7 +268,7 @@ def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, pa
     return save_png(fig, path)
 
 
-def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path) -> Path:
+def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path) -> Path | None:
     """Measured maximum path length (solid, the row's marker) against the formula (dashed, x) per layer, against n;
     a colour and marker a row past ten rows, the legend outside the axes."""
     fig = Figure(figsize=(10, 5), layout="constrained")
@@ -285,7 +284,7 @@ def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path)
     if ax.get_legend_handles_labels()[0]:
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
     else:
-        no_data(ax, "path lengths")
+        return None
     ax.set(xlabel="sequence length n", ylabel="maximum path length (layers; RNN: steps)",
            title=f"{title}: path from input 0 to output n-1, measured vs formula")
     return save_png(fig, path)

@@ -22,7 +22,6 @@ from harness.report.common import (
     md_table,
     mean_of,
     measurement_sections,
-    no_data,
     num,
     param_of,
     plot_title,
@@ -227,7 +226,7 @@ def multi30k_section(table: pd.DataFrame) -> list[str]:
     return lines + md_table(["model", "pair", "test set", "BLEU tok lc", "sacreBLEU", "setting"], body) + [""]
 
 
-def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path:
+def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
     """Left: our test BLEU against training cost, both ways. Right: the paper's BLEU against its cost, EN-DE
     and EN-FR. `title`: the study and profile (plot_title)."""
     fig = Figure(figsize=(11, 4.5), layout="constrained")
@@ -248,7 +247,7 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title:
         ours.set_xscale("log")
         ours.legend(fontsize=7)
     else:
-        no_data(ours, "finished rows")
+        return None                    # the paper's numbers alone say nothing of this study
     ours.set(xlabel="training cost (FLOPs)", ylabel=f"test {name}", title=f"{title or study}: ours")
     if ours.get_xscale() == "log":
         ours.margins(x=0.12)          # room for the row names written right of the rightmost points
@@ -271,22 +270,21 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title:
 
 
 def plot_table2_utilization(study: str, table: pd.DataFrame, costs: list[dict], path: Path,
-                            title: str | None = None) -> Path:
+                            title: str | None = None) -> Path | None:
     """Counted FLOPs / cost the paper's way: ours (of this device's matmul rate) and the paper's (of a P100's)."""
     t2 = load_tables()["table2"]
     bars = [(f"{r['row']} (ours, {r['device'] or '?'})", 100 * r["implied_utilization"], "C0")
             for r in table.to_dict("records") if pd.notna(r["implied_utilization"])]
     bars += [(f"{c['model']}\n(paper, {t2['training'][c['model']].get('gpu', '?')})", 100 * c["implied_utilization"],
               "C1") for c in costs]
+    if not any(colour == "C0" for _, _, colour in bars):
+        return None                    # none of ours: the paper's bars alone say nothing of this study
     fig = Figure(figsize=(max(6, 1.6 * len(bars)), 4.5), layout="constrained")
     ax = fig.add_subplot()
-    if bars:
-        ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
-        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
-        for i, (_, v, _) in enumerate(bars):
-            ax.annotate(f"{v:.1f} %", (i, v), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
-    else:
-        no_data(ax, "costs")
+    ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
+    for i, (_, v, _) in enumerate(bars):
+        ax.annotate(f"{v:.1f} %", (i, v), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
     ax.set(ylabel="counted FLOPs / cost the paper's way (%)",
            title=f"{title or study}: implied utilization of the assumed rate (ours: this device's matmul rate)")
     return save_png(fig, path)
