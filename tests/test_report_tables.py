@@ -194,6 +194,9 @@ def test_table1_theory_beside_measurement(reports):
     out, _, _ = reports
     text, table = md(out, "table1"), csv(out, "table1")
     assert table["row"].tolist() == list(T1)                       # the study file's order
+    # beside the paper's caption, what ran: the profile and the machine the layers were measured on
+    assert text.splitlines()[2] == ("The title is the paper's caption. Ours: profile `tiny`, each row's layer measured "
+                                    "(counted, timed, its paths traced) on 2 CPU cores (test), not derived.")
     for layer in ("sdpa", "plain", "restricted", "rnn_torch", "conv", "conv_separable", "conv_dilated"):
         ln, p = line(text, f"| **{layer}** |"), table1_columns()[layer]
         en, enb, ed, edb, over = T1[layer]

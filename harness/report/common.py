@@ -248,9 +248,13 @@ def ours_caption(results: dict) -> str:
 
 
 def _caption_note(results: dict) -> list[str]:
-    """Below a paper's caption: what ran instead, for a study that trains (a probe study's rows say it)."""
+    """Below a paper's caption: what ran instead. A study that trains: its profile, corpus, training and scoring;
+    a probe study (Table 1's timings): its profile and the machine its layers were measured on."""
     if "params.data.name" not in results["runs"]:
-        return ["The title is the paper's caption.", ""]
+        tags = results["parent"]["tags"]
+        return [f"The title is the paper's caption. Ours: profile `{tags.get('profile', '?')}`, each row's layer "
+                f"measured (counted, timed, its paths traced) on {tags.get('hardware', 'this machine')}, not "
+                "derived.", ""]
     return [f"The title is the paper's caption. Ours: {ours_caption(results)}.", ""]
 
 
