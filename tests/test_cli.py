@@ -268,6 +268,19 @@ def test_version_and_defaults_in_help(capsys):
     assert "(default: None)" not in text and "(default: tiny when it has one)" in text
 
 
+def test_a_dry_run_takes_numbers_in_any_form_yaml_or_python_writes(capsys):
+    # YAML 1.1 reads 1e-3 as a string: `--set train.lr=1e-3` was refused ("must be a number")
+    code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--dry-run", "--set", "train.lr=1e-3")
+    assert code == 0 and "base-s0" in out
+    code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--dry-run", "--set",
+                       "train.steps=1_000", "--set", "train.lr_scale=5E-1")
+    assert code == 0 and any(ln.startswith("base-s0") and " 1000 " in ln for ln in out.splitlines())
+    code, out, _ = run(capsys, "show", "table3", "base", "--set", "train.lr=5E-4", "--set", "train.steps=1_000")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert lines["train.lr"].split()[1:] == ["0.0005", "--set"]
+    assert lines["train.steps"].split()[1:] == ["1000", "--set"]
+
+
 def test_show_names_where_each_setting_of_a_row_came_from(capsys):
     code, out, _ = run(capsys, "show", "table3", "A1", "--profile", "tiny", "--set", "train.steps=50")
     assert code == 0

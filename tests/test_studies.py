@@ -409,6 +409,9 @@ def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
         assert sorted(r.data.tags["row"] for r in children) == ["A1", "base"]
         assert parents[0].data.tags["version.mlflow"] == mlflow.__version__
+        # MLflow's own commit tag (its UI's "Source" commit), on the parent and on every trial, is the study's commit
+        sha = parents[0].data.tags["git_sha"]
+        assert {r.data.tags.get("mlflow.source.git.commit") for r in runs} == {sha} and sha
         for r in children:
             assert r.info.status == "FINISHED"
             assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
