@@ -204,3 +204,28 @@ def test_settings_changed_after_a_test_figure_are_listed_from_the_reports_histor
                      f"row `big` added or changed at {changed[:7]} (it had no test figure before)"]
     plain = tmp_path_factory.mktemp("plain")
     assert late_profile_changes(study, "m30k", "reports/m30k/t.md", root=plain) is None      # no git: unknown
+
+
+def test_a_named_invocations_report_counts_the_profiles_earlier_test_figures(repo):
+    # reports/m30k/rivals/t.md (a named invocation) came after reports/m30k/t.md had shown test figures of the same
+    # profile: its section starts from that first report, so a setting changed between them is listed.
+    study = "studies/t.yaml"
+    repo.write(study, "study: t\nrows: {base: {}}\nprofiles:\n  m30k: {train: {steps: 2000}}\n")
+    repo.commit("study")
+    repo.write("reports/m30k/t.md", "test BLEU 30\n")
+    first = repo.commit("the profile's first report")
+    repo.write(study, "study: t\nrows: {base: {}}\nprofiles:\n  m30k: {train: {steps: 2000, curve: 100}}\n")
+    changed = repo.commit("a setting, after a test figure")
+    repo.write("reports/m30k/rivals/t.md", "test BLEU 25\n")
+    repo.commit("the named invocation's report")
+    alone = late_profile_changes(study, "m30k", "reports/m30k/rivals/t.md", root=repo.root)
+    both = late_profile_changes(study, "m30k", ["reports/m30k/rivals/t.md", "reports/m30k/t.md"], root=repo.root)
+    assert alone == []
+    assert both == [f"(the first report with this profile's test figures was committed at {first[:7]})",
+                    f"`train.curve`: null → 100 at {changed[:7]}"]
+
+
+def test_the_reports_of_a_profile_are_found_by_their_provenance():
+    from harness.report.common import _reports_of
+    assert {"reports/table3.md", "reports/corpus2/table3.md"} <= set(_reports_of("table3", "tiny"))
+    assert "reports/table3.md" not in _reports_of("table3", "multi30k")

@@ -699,7 +699,7 @@ def late_changes_section(parent: dict | None) -> list[str]:
     except ValueError:
         rel = Path(path)
     report = (Path("reports") / report_folder(parent) / f"{study}.md").as_posix()
-    changes = late_profile_changes(rel.as_posix(), profile, report)
+    changes = late_profile_changes(rel.as_posix(), profile, [report, *_reports_of(study, profile)])
     head = ["## Settings changed after a test figure of this profile existed", ""]
     if changes is None:
         return head + ["Unknown: this report was not made in a git checkout of the project, so when its profile's "
@@ -710,6 +710,21 @@ def late_changes_section(parent: dict | None) -> list[str]:
     return head + [f"Computed from git: {changes[0][1:-1]}; each setting below changed after that, so a test figure "
                    "was known when it was chosen (the choice itself was made on dev: docs/calibration.md).", "",
                    *[f"- {c}" for c in changes[1:]], ""]
+
+
+def _reports_of(study: str, profile: str) -> list[str]:
+    """The committed reports of `study` made with `profile` (a named invocation's too, e.g. reports/multi30k/
+    rivals/table2.md): a test figure any of them showed was known when the profile's settings changed after."""
+    folder = _REGISTRATION_ROOT / "reports"
+    mark = re.compile(rf"^- study version \S+, profile `{re.escape(profile)}`", re.M)
+    found = []
+    for md in sorted(folder.rglob(f"{study}.md")) if folder.is_dir() else []:
+        try:
+            if mark.search(md.read_text(encoding="utf-8")):
+                found.append(md.relative_to(_REGISTRATION_ROOT).as_posix())
+        except OSError:
+            continue
+    return found
 
 
 def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:

@@ -199,14 +199,16 @@ def _rows_named(text: str | None, profile: str) -> set[str]:
 _NOT_SETTINGS = ("profile.resources", "profile.requires", "profile.departure_notes", "profile.description")
 
 
-def late_profile_changes(study_file: str, profile: str, report: str, root: Path = ROOT) -> list[str] | None:
-    """Every setting of `profile` in `study_file` (a path relative to the checkout) changed after the report at
-    `report` (reports/[FOLDER/]STUDY.md; its layout scores a test set) was first committed: one line each, with
-    the commits; [] when none; None where git cannot tell (not a checkout of the project)."""
+def late_profile_changes(study_file: str, profile: str, report: str | list[str],
+                         root: Path = ROOT) -> list[str] | None:
+    """Every setting of `profile` in `study_file` (a path relative to the checkout) changed after the first of the
+    reports at `report` (reports/[FOLDER/]STUDY.md, one path or several: every report of the profile; its layout
+    scores a test set) was first committed: one line each, with the commits; [] when none; None where git cannot
+    tell (not a checkout of the project)."""
     root_s = str(root)
     if _head(root_s) is None or _git(root_s, "ls-files", "--error-unmatch", study_file) is None:
         return None
-    log = _git(root_s, "log", "--format=%H", "--reverse", "--", report)
+    log = _git(root_s, "log", "--format=%H", "--reverse", "--", *([report] if isinstance(report, str) else report))
     first = log.split()[0] if log and log.split() else None
     if first is None:
         return []
