@@ -96,12 +96,20 @@ def cpu_model() -> str:
 _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
+# Environment variables that cap or pin the code those libraries dispatch to (ATen, oneDNN, MKL): where one is set,
+# the CPU's extensions alone no longer say which kernels ran.
+_ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
 def cpu_isa() -> str:
     """The vector code the CPU kernels dispatch to: ATen's capability (DEFAULT, AVX2, AVX512, ...; what torch's
-    own kernels pick at run time) and the listed extensions the CPU has (what oneDNN and MKL pick from)."""
+    own kernels pick at run time), the listed extensions the CPU has (what oneDNN and MKL pick from), and any
+    environment variable that caps their choice (ONEDNN_MAX_CPU_ISA=AVX2, MKL_CBWR=COMPATIBLE, ...)."""
     flags = set(_cpuinfo().get("flags", "").split())
     have = [f for f in _ISA_FLAGS if f in flags]
-    return f"{torch.backends.cpu.get_cpu_capability()} kernels" + (f"; {' '.join(have)}" if have else "")
+    caps = [f"{k}={os.environ[k]}" for k in _ISA_CAPS if os.environ.get(k)]
+    return (f"{torch.backends.cpu.get_cpu_capability()} kernels" + (f"; {' '.join(have)}" if have else "")
+            + (f"; capped by {' '.join(caps)}" if caps else ""))
 
 
 def hardware() -> str:

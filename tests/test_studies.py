@@ -780,3 +780,18 @@ def test_a_smoke_run_measures_with_each_measurements_own_smoke_sizes(tmp_path):
     assert (pi.steps, pi.sentences, pi.per_bucket, pi.factor) == (2, 32, 4, 3.0) and length.sentences == 4
     assert small.train.settings_of("heads").sentences == 0                   # not measured in this row: still off
     assert rope.train.settings_of("rope_pi").steps == 100                   # the trial itself is untouched
+
+
+def test_hardware_names_the_cpu_model_its_kernels_and_what_caps_them(monkeypatch):
+    # Two machines with one name (virtual machines) differ in family and model; an environment variable that caps
+    # oneDNN's or MKL's instruction set changes which kernels ran, so the record names it.
+    from harness import system
+    for key in system._ISA_CAPS:
+        monkeypatch.delenv(key, raising=False)
+    plain = system.hardware_tags()
+    assert plain["cpu_isa"].split(" kernels")[0] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", "NEON")
+    assert "capped" not in plain["cpu_isa"] and plain["cpu_model"] in plain["hardware"]
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert system.cpu_isa().endswith("; capped by ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=COMPATIBLE")
+    assert "capped by ONEDNN_MAX_CPU_ISA=AVX2" in system.hardware()
