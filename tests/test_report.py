@@ -418,6 +418,7 @@ def test_the_one_seed_note_times_three_seeds_from_the_whole_study_not_its_last_r
               "metrics": {"wall_seconds": 2032.0, "prepare_seconds": 60.0}, "study_wall_seconds": 9684.0}
     note = one_seed_note(checked, parent)
     assert "about three times this study's 160 minutes" in note and "0 of 1 point the paper's way" in note
+    assert note.startswith(" 1 claim rests on one seed")
     del parent["study_wall_seconds"]                    # a store from before invocations were timed
     assert "about three times this study's 33 minutes" in one_seed_note(checked, parent)
 

@@ -768,7 +768,7 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
         wall -= metrics.get("prepare_seconds") or 0.0      # prepared once: more seeds repeat the training alone
     rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
     cost = f", about three times this study's {wall / 60:.0f} minutes," if wall else ""
-    return (f" {len(single)} claim{'s' * (len(single) > 1)} rest on one seed, which gives no interval: "
+    return (f" {len(single)} claim{'s rest' if len(single) > 1 else ' rests'} on one seed, which gives no interval: "
             f"{pointing} of {len(single)} point the paper's way by their point estimate alone (not a verdict);"
             f"{rerun}{cost} gives verdicts.")
 
