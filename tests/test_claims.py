@@ -335,3 +335,17 @@ def test_a_gap_that_grows_with_depth():
     assert claims.gap_verdict(c, shrinks)["verdict"] == "contradicted"
     assert claims.gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
     assert claims.gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"
+
+
+def test_every_claim_names_a_study_file_and_rows_of_it():
+    # a misspelled study (or row) would leave the claim out of every report without a word
+    import yaml
+
+    from harness.report.claims import rows_read
+    studies = {}
+    for path in (Path(__file__).parents[1] / "studies").glob("*.yaml"):
+        raw = yaml.safe_load(path.read_text())
+        studies[raw["study"]] = set(raw.get("rows") or {})
+    for c in claims.load_claims():
+        assert c.study in studies, (c.id, c.study)
+        assert rows_read(c, set()) <= studies[c.study], (c.id, rows_read(c, set()) - studies[c.study])
