@@ -229,3 +229,22 @@ def test_the_reports_of_a_profile_are_found_by_their_provenance():
     from harness.report.common import _reports_of
     assert {"reports/table3.md", "reports/corpus2/table3.md"} <= set(_reports_of("table3", "tiny"))
     assert "reports/table3.md" not in _reports_of("table3", "multi30k")
+
+
+def test_a_claim_shown_as_not_run_had_no_verdict_to_know(repo):
+    # A report that lists the claim as "not run" (its runs had not finished) shows no verdict: a redefinition after
+    # it is not one "after its verdict was known"; after a report with a verdict, it is.
+    repo.claims(_claim(0.05))
+    repo.commit("claim")
+    repo.write("reports/table3.md", "| `heads_help` (§6.2) | ... | – | **not run** | not finished yet |\n")
+    repo.commit("report, nothing finished")
+    repo.claims(_claim(0.10))
+    early = repo.commit("redefine before any verdict")
+    repo.write("reports/table3.md", "| `heads_help` (§6.2) | ... | +0.2 | **holds** | |\n")
+    shown = repo.commit("report with a verdict")
+    repo.claims(_claim(0.20))
+    late = repo.commit("redefine after it")
+    assert registration("heads_help", {late}, root=repo.root) == (
+        f"registered ({late[:7]}); redefined once after its verdict was known (first shown at {shown[:7]}; "
+        f"{late[:7]})")
+    assert early not in registration("heads_help", {late}, root=repo.root)

@@ -11,6 +11,7 @@ shown one of its verdicts says so too. Nothing here is typed by hand: a reader c
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -92,8 +93,10 @@ def _definition_at(root: str, path: str, sha: str, claim_id: str):
 
 @lru_cache(maxsize=1024)
 def _first_shown(root: str, claim_id: str, head: str | None) -> str | None:
-    """The first commit whose reports/ show this claim (its id in a claims table)."""
-    log = _git(root, "log", "--format=%H", "--reverse", "-S", f"`{claim_id}`", "--", "reports")
+    """The first commit whose reports/ show this claim's verdict: its row of a claims table with a verdict in bold
+    (**holds**, **contradicted**, **inconclusive**; a **not run** row, whose runs had not finished, shows none)."""
+    verdict = f"`{re.escape(claim_id)}`.*[*][*][a-z]*[*][*]"
+    log = _git(root, "log", "--format=%H", "--reverse", "-G", verdict, "--", "reports")
     return log.split()[0] if log and log.split() else None
 
 
