@@ -119,6 +119,12 @@ class StudyTracking:
     def children(self, parent_id: str) -> list:
         return list(self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"))
 
+    def supersede(self, run_id: str, why: str) -> None:
+        """A trial's child run whose settings no longer match its row: tagged `superseded` with why, then deleted
+        (MLflow's soft delete: reports and --resume no longer see it; the UI's deleted runs still hold it)."""
+        self.client.set_tag(run_id, "superseded", why)
+        self.client.delete_run(run_id)
+
     def row_headlines(self, parent_id: str) -> dict[str, float]:
         """Each row's key figure, the mean over its finished seeds, keyed `ROW/METRIC` (the first of VIEW_METRICS
         the row's trials logged, e.g. base/dev_ppl): logged on the parent run, so that the runs table a user

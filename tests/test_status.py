@@ -249,3 +249,32 @@ def test_a_trial_resumed_at_another_commit_or_machine_records_both(tmp_path):
     assert again.reopened and not first.reopened and again.run_id == first.run_id and tags["attempts"] == "2"
     assert (tags["git_sha"], tags["hardware"], tags["git_dirty"]) == ("a" * 40, "m1", "False")
     assert (tags["git_sha_last"], tags["hardware_last"], tags["git_dirty_last"]) == ("b" * 40, "m2", "True")
+
+
+def test_a_resumed_trial_whose_settings_changed_starts_afresh(tmp_path, capsys):
+    # Its old run holds another config's params and its folder another config's checkpoints (the trainer would
+    # refuse them): the old run is superseded (tagged, deleted in MLflow), the folder kept aside, and the trial
+    # starts afresh. A trial whose settings did not change keeps both.
+    from types import SimpleNamespace
+
+    from harness.study.runner import _start_changed_afresh
+    from harness.tracking import StudyTracking
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    tracking = StudyTracking(uri, "mini")
+    parent = tracking.start_parent("mini tiny", {"study": "mini"}, {})
+    client = MlflowClient(uri)
+    ids = {key: client.create_run(tracking.experiment_id, tags={"mlflow.parentRunId": parent, "trial_key": key,
+                                                                "config_hash": h}).info.run_id
+           for key, h in (("A1-s0", "aaa"), ("base-s0", "bbb"))}
+    for key in ids:
+        (tmp_path / "runs" / key / "checkpoints").mkdir(parents=True)
+    todo = [SimpleNamespace(key="A1-s0", config_hash="ccc"), SimpleNamespace(key="base-s0", config_hash="bbb")]
+    _start_changed_afresh(tracking, parent, tmp_path / "runs", todo)
+    old = client.get_run(ids["A1-s0"])
+    assert old.info.lifecycle_stage == "deleted" and old.data.tags["superseded"].startswith("config hash aaa -> ccc")
+    assert client.get_run(ids["base-s0"]).info.lifecycle_stage == "active"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["A1-s0.superseded-aaa", "base-s0"]
+    assert [r.data.tags["trial_key"] for r in tracking.children(parent)] == ["base-s0"]
+    said = capsys.readouterr().out
+    assert "A1-s0: its settings changed since it ran (config hash aaa -> ccc); it starts afresh" in said
+    assert "kept as A1-s0.superseded-aaa" in said and "base-s0" not in said

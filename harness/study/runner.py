@@ -294,6 +294,8 @@ def run_study(request: StudyRequest) -> int:
                                       args.command_line())
     tracking.log_prepare_seconds(parent_id, prep_seconds, 0 if parent is None else
                                  int(parent.data.tags.get("resume_count", "0")) + 1)
+    if parent is not None:
+        _start_changed_afresh(tracking, parent_id, run_dir, todo)
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
@@ -338,6 +340,29 @@ def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[T
         print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
               f"(MLflow run {parent.info.run_id}); nothing to run.")
     return todo
+
+
+def _start_changed_afresh(tracking: StudyTracking, parent_id: str, run_dir: Path, todo: list[Trial]) -> None:
+    """--resume after a row's settings changed in the study file: each such trial starts afresh. Its old child run
+    (another config hash) is superseded (tagged, then deleted in MLflow) and its directory kept beside, renamed,
+    so that neither its checkpoints (another config's weights) nor its MLflow run (another config's params) is
+    taken for the new trial's."""
+    wanted = {t.key: t.config_hash for t in todo}
+    for child in tracking.children(parent_id):
+        key, old = child.data.tags.get("trial_key", ""), child.data.tags.get("config_hash", "")
+        if key not in wanted or not old or old == wanted[key]:
+            continue
+        tracking.supersede(child.info.run_id, f"config hash {old} -> {wanted[key]}: the row's settings changed")
+        folder, kept = run_dir / key, run_dir / f"{key}.superseded-{old}"
+        moved = ""
+        if folder.exists():
+            n = 1
+            while kept.exists():
+                kept, n = run_dir / f"{key}.superseded-{old}-{n}", n + 1
+            folder.rename(kept)
+            moved = f", its directory kept as {kept.name}"
+        print(f"{key}: its settings changed since it ran (config hash {old} -> {wanted[key]}); it starts afresh "
+              f"(the old MLflow run {child.info.run_id} deleted{moved})")
 
 
 class _Heartbeat:
