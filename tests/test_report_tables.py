@@ -385,7 +385,8 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
                   "train.average_last": 5, "train.seed": 0, "data.name": data}
         ms = [(k, v, 2000) for k, v in {"test_bleu": lc - 3, "test_bleu_tok": lc - 2, "test_bleu_tok_lc": lc,
                                          "dev_ppl": 6.0, "test_ppl": 5.5, "params": 2.4e6, "steps": 2000,
-                                         "train_seconds": 780.0, "averaged_checkpoints": 5}.items()]
+                                         "train_seconds": 780.0, "averaged_checkpoints": 5, "train_flops": 1.2e13,
+                                         "device_matmul_tflops": 0.05}.items()]
         trial(client, exp, parent, i, row, 0, "train", "FINISHED", params, ms, {"device": "cpu"})
     finish(client, parent, 2, 0)
     paths = write_report("table2", tmp_path / "reports", uri)
