@@ -648,7 +648,7 @@ def _cmd_list(args) -> int:
                   f"profiles: {', '.join(raw.get('profiles', {}))}")
     elif what == "profiles":
         raw = read_yaml_file(_study_path(args.study))
-        for name in raw.get("profiles", {}):
+        for name in raw.get("profiles") or {}:
             study = load_study(_study_path(args.study), name)
             needs = ", ".join(k for k, v in study.requires.items() if v) or "nothing"
             print(f"{name:<12} {len(study.rows):>3} rows, seeds {','.join(map(str, study.seeds))}, "
@@ -685,7 +685,7 @@ def _list_overview() -> int:
         raw = read_yaml_file(path)
         name = raw.get("study", path.stem)
         default = load_study(path, None).profile
-        profiles = [default] + [p for p in raw.get("profiles", {}) if p != default]
+        profiles = [default] + [p for p in raw.get("profiles") or {} if p != default]
         ids = [c.id for c in claims if c.study == name]
         print(f"{name} ({path.parent.name}/{path.name}; kind {raw.get('kind', 'train')}"
               f"{', the paper' + chr(39) + 's ' + raw['table'] if raw.get('table') else ''})")

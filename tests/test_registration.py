@@ -109,6 +109,7 @@ def test_one_run_without_a_commit_leaves_the_registration_unknown(repo):
     assert registration("heads_help", {claimed, ""}, root=repo.root).startswith(
         "unknown: some of the runs recorded no commit")
     assert registration("heads_help", {claimed, "unknown"}, root=repo.root).startswith("unknown: some of the runs")
+    assert registration("heads_help", {""}, root=repo.root).startswith("unknown: the runs recorded no commit")
 
 
 def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(repo, monkeypatch):
@@ -127,7 +128,7 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
     claimed = repo.commit("claim")
     claim = Claim(**gap)
     assert rows_read(claim, {"post24", "pre24", "post6", "pre6"}) == {"post24", "pre24", "post6", "pre6"}
-    runs = pd.DataFrame({"tags.row": ["post24", "pre24", "post6", "pre6"],
+    runs = pd.DataFrame({"tags.row": ["post24", "pre24", "post6", "pre6"], "status": ["FINISHED"] * 4,
                          "tags.git_sha": [claimed, early, claimed, early], "tags.git_dirty": ["False"] * 4})
     monkeypatch.setattr(common, "registration",
                         lambda cid, shas, dirty=False: reg.registration(cid, shas, dirty, root=repo.root))
@@ -137,6 +138,11 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
     assert common._registered("gap_grows_here", c, runs) == f"registered ({claimed[:7]})"
     runs.loc[1, "tags.git_sha"] = None                     # a run that recorded no commit
     assert common._registered("gap_grows_here", c, runs).startswith("unknown: some of the runs recorded no commit")
+    # a run the verdict does not read (it failed, at an early commit) does not decide the registration
+    runs.loc[1, "tags.git_sha"] = claimed
+    failed = pd.DataFrame({"tags.row": ["pre6"], "status": ["FAILED"], "tags.git_sha": [early],
+                           "tags.git_dirty": ["False"]})
+    assert common._registered("gap_grows_here", c, pd.concat([runs, failed])) == f"registered ({claimed[:7]})"
 
 
 def test_the_rows_a_verdict_reads():

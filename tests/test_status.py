@@ -276,5 +276,6 @@ def test_a_resumed_trial_whose_settings_changed_starts_afresh(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["A1-s0.superseded-aaa", "base-s0"]
     assert [r.data.tags["trial_key"] for r in tracking.children(parent)] == ["base-s0"]
     said = capsys.readouterr().out
-    assert "A1-s0: its settings changed since it ran (config hash aaa -> ccc); it starts afresh" in said
+    assert ("A1-s0: its resolved settings changed since it ran (the study file, a --set or a default: config hash "
+            "aaa -> ccc); it starts afresh") in said
     assert "kept as A1-s0.superseded-aaa" in said and "base-s0" not in said

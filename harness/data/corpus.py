@@ -28,7 +28,7 @@ SYNTH = SynthConfig()     # the made-up corpus's grammar at its defaults
 class DataConfig:
     name: str = "synth"            # "synth" (the made-up corpus) or a directory with train/dev/test files
     task: Literal["translate", "parse"] = "translate"   # parse: sentence -> linearized tree (Table 4)
-    train_pairs: int = 50_000      # synth only: sizes and seed of the generated corpus
+    train_pairs: int = 50_000      # synth only: training pairs generated
     dev_pairs: int = 1000          # synth only: dev pairs generated
     test_pairs: int = 1000         # synth only: test pairs generated
     seed: int = 1                  # synth only: the seed of the generated sentences (lexicon_seed: of the words)

@@ -250,6 +250,8 @@ def ours_caption(results: dict) -> str:
 def _caption_note(results: dict) -> list[str]:
     """Below a paper's caption: what ran instead. A study that trains: its profile, corpus, training and scoring;
     a probe study (Table 1's timings): its profile and the machine its layers were measured on."""
+    if results["runs"].empty:
+        return ["The title is the paper's caption.", ""]
     if "params.data.name" not in results["runs"]:
         tags = results["parent"]["tags"]
         return [f"The title is the paper's caption. Ours: profile `{tags.get('profile', '?')}`, each row's layer "
@@ -728,9 +730,12 @@ def _reports_of(study: str, profile: str) -> list[str]:
 
 
 def _registered(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
-    """The claim's registration against the commits of the runs of every row its verdict reads (all four of a gap
-    between gaps, every rival of a `sooner` claim, every row of a list; of every run when none ran)."""
-    judged = runs[runs["tags.row"].isin(claims.rows_read(c["claim"], set(runs["tags.row"].dropna().astype(str))))]
+    """The claim's registration against the commits of the finished runs of every row its verdict reads (all four
+    of a gap between gaps, every rival of a `sooner` claim, every row of a list; of a `first` list the first that
+    finished, as the verdict takes it); against every run's when none of those finished."""
+    done = runs[runs["status"] == "FINISHED"] if "status" in runs else runs
+    read = claims.rows_read(c["claim"], set(done["tags.row"].dropna().astype(str)))
+    judged = done[done["tags.row"].isin(read)]
     judged = judged if len(judged) else runs
     # a run that recorded no commit counts as "" (registration cannot then be established for it)
     shas = set(judged["tags.git_sha"].fillna("").astype(str)) if "tags.git_sha" in judged else {""}
@@ -765,7 +770,7 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
     # The study's wall time over every invocation (a study resumed across sessions), else the last one's.
     wall = (parent or {}).get("study_wall_seconds") or metrics.get("wall_seconds")
     if wall is not None and (parent or {}).get("status") in ("FINISHED", "FAILED"):
-        wall -= metrics.get("prepare_seconds") or 0.0      # prepared once: more seeds repeat the training alone
+        wall -= metrics.get("prepare_seconds") or 0.0      # the last invocation's data preparation, not repeated
     rerun = f" `{command} --seeds 0,1,2`" if command and "--seeds" not in command else " three seeds (`--seeds 0,1,2`)"
     cost = f", about three times this study's {wall / 60:.0f} minutes," if wall else ""
     return (f" {len(single)} claim{'s rest' if len(single) > 1 else ' rests'} on one seed, which gives no interval: "

@@ -352,7 +352,8 @@ def _start_changed_afresh(tracking: StudyTracking, parent_id: str, run_dir: Path
         key, old = child.data.tags.get("trial_key", ""), child.data.tags.get("config_hash", "")
         if key not in wanted or not old or old == wanted[key]:
             continue
-        tracking.supersede(child.info.run_id, f"config hash {old} -> {wanted[key]}: the row's settings changed")
+        tracking.supersede(child.info.run_id, f"config hash {old} -> {wanted[key]}: its resolved settings changed "
+                                              "(the study file, a --set or a default)")
         folder, kept = run_dir / key, run_dir / f"{key}.superseded-{old}"
         moved = ""
         if folder.exists():
@@ -361,7 +362,8 @@ def _start_changed_afresh(tracking: StudyTracking, parent_id: str, run_dir: Path
                 kept, n = run_dir / f"{key}.superseded-{old}-{n}", n + 1
             folder.rename(kept)
             moved = f", its directory kept as {kept.name}"
-        print(f"{key}: its settings changed since it ran (config hash {old} -> {wanted[key]}); it starts afresh "
+        print(f"{key}: its resolved settings changed since it ran (the study file, a --set or a default: config "
+              f"hash {old} -> {wanted[key]}); it starts afresh "
               f"(the old MLflow run {child.info.run_id} deleted{moved})")
 
 
