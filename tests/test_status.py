@@ -2,6 +2,7 @@
 schema (a parent run with its heartbeat, child runs finished, running, run under other settings, or absent)."""
 
 import time
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -279,3 +280,35 @@ def test_a_resumed_trial_whose_settings_changed_starts_afresh(tmp_path, capsys):
     assert ("A1-s0: its resolved settings changed since it ran (the study file, a --set or a default: config hash "
             "aaa -> ccc); it starts afresh") in said
     assert "kept as A1-s0.superseded-aaa" in said and "base-s0" not in said
+
+
+def test_a_changed_trial_whose_folder_a_live_worker_uses_is_not_set_aside(tmp_path):
+    # Another invocation still running the trial: its folder is not renamed nor its run deleted under it.
+    import subprocess
+    from types import SimpleNamespace
+
+    from harness.errors import UserError
+    from harness.study.runner import _live_worker, _start_changed_afresh
+    from harness.tracking import StudyTracking
+    folder = tmp_path / "runs" / "A1-s0"
+    folder.mkdir(parents=True)
+    worker = subprocess.Popen(["bash", "-c", "exec -a ray::ImplicitFunc.train sleep 60"])
+    try:
+        deadline = time.time() + 10
+        while b"ray::" not in Path(f"/proc/{worker.pid}/cmdline").read_bytes() and time.time() < deadline:
+            time.sleep(0.05)
+        (folder / "worker.pid").write_text(f"{worker.pid}\n")
+        assert _live_worker(folder) == worker.pid
+        uri = f"sqlite:///{tmp_path / 'm.db'}"
+        tracking = StudyTracking(uri, "mini")
+        parent = tracking.start_parent("mini tiny", {"study": "mini"}, {})
+        run = MlflowClient(uri).create_run(tracking.experiment_id, tags={
+            "mlflow.parentRunId": parent, "trial_key": "A1-s0", "config_hash": "aaa"}).info.run_id
+        with pytest.raises(UserError, match="is in use by process"):
+            _start_changed_afresh(tracking, parent, tmp_path / "runs", [SimpleNamespace(key="A1-s0", config_hash="b")])
+        assert folder.is_dir() and MlflowClient(uri).get_run(run).info.lifecycle_stage == "active"
+    finally:
+        worker.kill()
+        worker.wait()
+    (folder / "worker.pid").write_text("999999999\n")       # a worker long gone: no guard
+    assert _live_worker(folder) is None

@@ -294,13 +294,13 @@ def run_study(request: StudyRequest) -> int:
                                       args.command_line())
     tracking.log_prepare_seconds(parent_id, prep_seconds, 0 if parent is None else
                                  int(parent.data.tags.get("resume_count", "0")) + 1)
-    if parent is not None:
-        _start_changed_afresh(tracking, parent_id, run_dir, todo)
     # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
     # at the end while the other slots idle.
     todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
     invocation = 0 if parent is None else int(parent.data.tags.get("resume_count", "0")) + 1
     try:
+        if parent is not None:
+            _start_changed_afresh(tracking, parent_id, run_dir, todo)
         with _Heartbeat(tracking, parent_id, invocation, t_start):
             results, interrupted, concurrency, ray_seconds = _fit(study, todo, run_dir, {
                 "uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent_id, "run_dir": str(run_dir),
@@ -342,6 +342,19 @@ def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[T
     return todo
 
 
+def _live_worker(folder: Path) -> int | None:
+    """The pid of a live Ray worker that a trial's folder names (worker.pid, worker.rankN.pid), else None."""
+    for pid_file in folder.glob("worker*.pid") if folder.is_dir() else []:
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if b"ray::" in cmdline:          # a recycled pid of some other program is not the trial's worker
+            return pid
+    return None
+
+
 def _start_changed_afresh(tracking: StudyTracking, parent_id: str, run_dir: Path, todo: list[Trial]) -> None:
     """--resume after a row's settings changed in the study file: each such trial starts afresh. Its old child run
     (another config hash) is superseded (tagged, then deleted in MLflow) and its directory kept beside, renamed,
@@ -352,6 +365,11 @@ def _start_changed_afresh(tracking: StudyTracking, parent_id: str, run_dir: Path
         key, old = child.data.tags.get("trial_key", ""), child.data.tags.get("config_hash", "")
         if key not in wanted or not old or old == wanted[key]:
             continue
+        busy = _live_worker(run_dir / key)
+        if busy:
+            raise UserError(f"{run_dir / key} is in use by process {busy} (another invocation of this study still "
+                            "running?): stop it before resuming, since the trial's settings changed and its folder "
+                            "would be set aside.")
         tracking.supersede(child.info.run_id, f"config hash {old} -> {wanted[key]}: its resolved settings changed "
                                               "(the study file, a --set or a default)")
         folder, kept = run_dir / key, run_dir / f"{key}.superseded-{old}"
