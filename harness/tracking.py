@@ -492,7 +492,9 @@ def publish_report(uri: str, parent_id: str, markdown: str, files: list[Path], t
     """Put a regenerated report on the study's parent run, where the MLflow UI shows it: the Markdown as the
     run's description (`mlflow.note.content`; cut at a line with a pointer to the whole file when it is
     longer than a tag holds), the report's files as artifacts under report/, and its table as an MLflow
-    table (report/table.json, shown by the artifact viewer). Running `report` again replaces them."""
+    table (report/table.json, shown by the artifact viewer). Running `report` again writes over the note and the
+    files of the same name; a plot the new report no longer draws stays among the artifacts (MLflow's client has
+    no call that deletes one), and the note, which lists the plots it shows, is the current word."""
     client = MlflowClient(uri)
     note = markdown
     if len(note) > NOTE_LIMIT:
