@@ -41,7 +41,8 @@ def spec_key(spec: dict) -> str:
 def hashed_settings(cfg) -> dict:
     """A config's settings as its trial's hash sees them: every field, except that a field its class declares
     in `ADDED_LATER` (added after studies had run with it unset) is left out while it holds its default, so
-    that those studies' trials keep their hashes and `--resume` still finds them."""
+    that those studies' trials keep their hashes and `--resume` still finds them. The same for a probe spec
+    (harness/probes/*_spec.py): a field added to one later goes into an `ADDED_LATER` declared on its class."""
     if hasattr(cfg, "later_defaults"):     # TrainConfig: its measurements' settings count as added later too
         later = cfg.later_defaults()
     else:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 from harness.errors import suggest
 
@@ -19,9 +18,6 @@ DEPTHS = ("n_layers", "n_enc_layers", "n_dec_layers")   # scaled by `depth`, whe
 @dataclass(frozen=True)
 class InferenceSpec:
     """One shape and its grid (a row of studies/inference.yaml; base.probe -> row -> profile.probe)."""
-    # Fields added after studies had run without them: left out of the trial's config hash while they hold their
-    # default (harness/trial.hashed_settings), so that `--resume` still finds those studies' trials.
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
     preset: str = "paper_base"
     model: tuple[tuple[str, object], ...] = ()     # settings over the preset: family, n_layers, d_ff, n_kv_heads, ...
     width: float = 1.0                             # d_model and d_ff times this (d_k and d_v follow d_model / h)

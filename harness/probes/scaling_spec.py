@@ -13,7 +13,6 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import ClassVar
 
 from harness.errors import suggest
 
@@ -45,9 +44,6 @@ QUICK = {"ns": (64, 128, 256, 512, 1024), "ds": (32, 64, 128, 256, 512), "n_fixe
 @dataclass(frozen=True)
 class ScalingSpec:
     """One row of studies/table1.yaml: a layer type and the grid it is timed on (rows override these)."""
-    # Fields added after studies had run without them: left out of the trial's config hash while they hold their
-    # default (harness/trial.hashed_settings), so that `--resume` still finds those studies' trials.
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
     layer: str = "sdpa"
     ns: tuple[int, ...] = DEFAULTS["ns"]          # sequence lengths, at d = d_fixed
     ds: tuple[int, ...] = DEFAULTS["ds"]          # widths, at n = n_fixed

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 from harness.errors import suggest
 
@@ -36,9 +35,6 @@ DEVICES = ("auto", "cpu", "cuda")
 class StatementSpec:
     """One row of studies/statements.yaml (base.probe -> row -> profile.probe); each measure reads the fields its
     line in the module doc names and ignores the others."""
-    # Fields added after studies had run without them: left out of the trial's config hash while they hold their
-    # default (harness/trial.hashed_settings), so that `--resume` still finds those studies' trials.
-    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
     measure: str = "crossover"
     # crossover
     d: int = 64                                     # the width d (offset: d_model)

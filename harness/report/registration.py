@@ -130,10 +130,9 @@ def registration(claim_id: str, run_shas: set[str], dirty: bool = False, root: P
     # Registered where the code each run ran already held the claim as it is defined now: its definition in
     # claims.yaml at the run's own commit (robust to merges and to history that is not a line).
     held = [_definition_at(str(root), path, s, claim_id) for s in shas]
-    if not shas and run_shas:
-        status = f"unknown: the runs recorded no commit (claim defined at {short})"
-    elif shas and len(shas) < len(run_shas):     # one run without a commit could have run before the claim
-        status = f"unknown: some of the runs recorded no commit (claim defined at {short})"
+    unrecorded = run_shas - shas                # a run without a commit could have run before the claim
+    if unrecorded:
+        status = f"unknown: {'some of ' if shas else ''}the runs recorded no commit (claim defined at {short})"
     elif not shas or _MISSING in held:
         status = f"unknown: the runs' commit is not in this repository (claim defined at {short})"
     elif dirty:

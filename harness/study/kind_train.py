@@ -135,14 +135,10 @@ def _read_layers(chk: Checker, raw: dict, prof: dict, where: str, all_rows: dict
     preset = _known_preset(chk, base.get("preset", "paper_base"), "base.preset")
     prof_base = chk.mapping(prof.get("base"), f"{where}.base")
     chk.keys(prof_base, f"{where}.base", BASE_KEYS - {"preset"})
-    base_over: dict[str, dict] = {s: {} for s in SECTIONS}
-    prof_base_over: dict[str, dict] = {s: {} for s in SECTIONS}
-    for sec in SECTIONS:
-        for layer, at in ((base, "base"), (prof_base, f"{where}.base")):
-            got = section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}", sec)[sec]
-            base_over[sec].update(got)
-            if layer is prof_base:
-                prof_base_over[sec].update(got)
+    def part(layer: dict, at: str, sec: str) -> dict:
+        return section_overrides(chk, chk.mapping(layer.get(sec), f"{at}.{sec}"), f"{at}.{sec}", sec)[sec]
+    prof_base_over = {sec: part(prof_base, f"{where}.base", sec) for sec in SECTIONS}
+    base_over = {sec: {**part(base, "base", sec), **prof_base_over[sec]} for sec in SECTIONS}
     row_over = {str(r): section_overrides(chk, chk.mapping(v, f"rows.{r}"), f"rows.{r}", None)
                 for r, v in all_rows.items()}
     if "preset" in prof:
