@@ -498,6 +498,30 @@ def test_a_column_of_labels_stays_inside_the_plot():
     crowded = label_heights([82.0] * 19 + [35.0], 3.5, 35.0)
     assert crowded[0] == 82.0 and crowded[-1] == pytest.approx(35.0) and min(crowded) >= 35.0 - 1e-9
     assert all(a - b == pytest.approx((82.0 - 35.0) / 19) for a, b in zip(crowded, crowded[1:]))
+    # The depth study's 6-layer column: two labels near the top, two at the bottom. Only the bottom pair moves (it
+    # was spread over the whole height, pre6_nowarmup's label 23 BLEU below its point).
+    assert label_heights([83.0, 78.0, 1.5, 0.0], 4.5, 0.0) == [83.0, 78.0, 4.5, 0.0]
+
+
+def test_names_right_of_the_rightmost_points_end_inside_the_axes():
+    """Table 3's 'big', the rightmost point, had its name written over the plot's frame."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from harness.report.common import room_right
+    fig = Figure(figsize=(6.5, 4.8))
+    ax = fig.add_subplot()
+    ax.plot([0.2, 1.77], [60.0, 91.0], "o")
+    texts = [ax.annotate(name, (1.77, 91.0), xytext=(1.8, y), fontsize=8) for name, y in
+             (("big", 91.0), ("a_much_longer_row_name", 80.0))]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    assert max(t.get_window_extent(renderer).x1 for t in texts) > ax.get_window_extent(renderer).x1   # over the frame
+    lo = ax.get_xlim()[0]
+    room_right(ax, texts)
+    fig.draw_without_rendering()
+    assert max(t.get_window_extent(renderer).x1 for t in texts) <= ax.get_window_extent(renderer).x1
+    assert ax.get_xlim()[0] == lo and [t.xyann for t in texts] == [(1.8, 91.0), (1.8, 80.0)]     # kept in place
 
 
 def test_a_study_without_a_base_row_tells_each_rows_settings_against_its_first_row():

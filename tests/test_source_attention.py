@@ -152,3 +152,25 @@ def test_the_fade_claim_reads_each_runs_contribution_fade():
     assert fades["prefix"] == pytest.approx({0: 0.14, 1: 0.147, 2: 0.154})
     fade = next(c for c in check_claims("decoder_only", runs) if c["id"] == "source_attention_fades")
     assert fade["verdict"] == "holds" and fade["diff"] == pytest.approx(0.147)
+
+
+def test_the_plots_tick_target_positions_at_whole_numbers(tmp_path, monkeypatch):
+    """Positions 1 to 21 were ticked at 2.5, 7.5, 12.5 and 17.5 (matplotlib's default steps)."""
+    import pandas as pd
+
+    import harness.report.source_attention as sa
+    figures = []
+    monkeypatch.setattr(sa, "save_png", lambda fig, path: figures.append(fig) or path)
+    rows = []
+    for seed in range(2):
+        rec = {"tags.row": "prefix", "status": "FINISHED"}
+        for p in range(1, 22):
+            rec[f"metrics.src_mass_p{p}"] = rec[f"metrics.src_mass_L1_p{p}"] = 0.9 - 0.02 * p + 0.01 * seed
+        rows.append(rec)
+    sa.source_attention_section(pd.DataFrame(rows), ["prefix"], tmp_path / "s.png")
+    assert len(figures) == 2                                           # by position, and by layer
+    for fig in figures:
+        fig.draw_without_rendering()
+        for ax in fig.axes:
+            ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+            assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks), ticks

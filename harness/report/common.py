@@ -154,6 +154,24 @@ def separate_labels(fig: Figure, labels: list, tries: int = 6) -> None:
         placed.append(box)
 
 
+def room_right(ax, texts: list, pad_px: float = 4.0) -> None:
+    """Widen a linear x axis on the right so that every text written right of its point (a row's name beside the
+    rightmost point) ends inside the axes, where it ran over the frame; the texts keep their data positions."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if not texts or ax.get_xscale() != "linear":
+        return
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    ax.figure.draw_without_rendering()
+    frame, (lo, hi) = ax.get_window_extent(renderer), ax.get_xlim()
+    right = hi
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        start = ax.transData.inverted().transform((box.x0, box.y0))[0]
+        if box.width + pad_px < frame.width:      # start at the same fraction of a range that leaves room for it
+            right = max(right, lo + (start - lo) * frame.width / (frame.width - box.width - pad_px))
+    ax.set_xlim(lo, right)
+
+
 def num(x, fmt: str = "{:.2f}") -> str:
     return "–" if pd.isna(x) else fmt.format(x)
 

@@ -34,6 +34,7 @@ from harness.report.common import (
     plot_title,
     pm,
     regime_note,
+    room_right,
     row_diagnostics,
     row_groups,
     row_order,
@@ -125,17 +126,27 @@ def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
 
 
 def label_heights(values: list[float], gap: float, floor: float) -> list[float]:
-    """Heights for the labels of values sorted high to low: each at its value, or `gap` below the label above it;
-    a column that would run below `floor` (the lowest point: below it the labels leave the plot) is spread evenly
-    from its top label down to the floor instead, as far apart as the space allows."""
+    """Heights for the labels of values sorted high to low: each at its value, or `gap` below the label above it.
+    A column that would run below `floor` (the lowest point: below it the labels leave the plot) is pushed up from
+    the floor where it fits under its top value, and otherwise spread evenly from its top label down to the floor,
+    as far apart as the space allows."""
     heights, y = [], float("inf")
     for v in values:
         y = min(v, y - gap)
         heights.append(y)
-    if len(heights) > 1 and heights[-1] < floor:
-        step = (heights[0] - floor) / (len(heights) - 1)
-        heights = [heights[0] - i * step for i in range(len(heights))]
-    return heights
+    if len(heights) < 2 or heights[-1] >= floor:
+        return heights
+    # Below the floor: raise the lowest labels, each a gap above the one under it, as little as that takes, so
+    # that labels above a crowded bottom stay at their points (depth's pre6 and pre6_nowarmup at 83 and 78 kept
+    # their heights while post6 and post6_nowarmup sat at 1.5 and 0); only a column too tall for that is spread.
+    raised = [max(heights[-1], floor)]
+    for h in reversed(heights[:-1]):
+        raised.append(max(h, raised[-1] + gap))
+    raised.reverse()
+    if raised[0] <= values[0]:
+        return raised
+    step = (heights[0] - floor) / (len(heights) - 1)
+    return [heights[0] - i * step for i in range(len(heights))]
 
 
 def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
@@ -154,15 +165,17 @@ def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str 
     gap, dx = max(hi - lo, 1e-9) / 18, (ok["params_M"].max() - ok["params_M"].min()) / 40
     ordered = ok.sort_values("params_M")
     cluster = (ordered["params_M"].diff().fillna(0) > 4 * dx).cumsum()
+    texts = []
     for _, group in ordered.groupby(cluster):
         x_label, members = group["params_M"].max() + dx, list(group.sort_values("bleu_mean", ascending=False)
                                                                 .itertuples(index=False))
         for r, y_label in zip(members, label_heights([r.bleu_mean for r in members], gap, lo)):
-            ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(x_label, y_label), fontsize=8,
-                        va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"} if len(group) > 1
-                        else None)
+            texts.append(ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(x_label, y_label), fontsize=8,
+                                     va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"}
+                                     if len(group) > 1 else None))
     ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)",
            title=f"{title or study}: dev BLEU against size (ours)")
+    room_right(ax, texts)
     return save_png(fig, path)
 
 

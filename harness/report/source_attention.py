@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from harness.report.claims import interval
 from harness.report.common import bracket_cell, finished, md_table, plot_title, save_png
@@ -127,6 +128,7 @@ def _by_layer(runs: pd.DataFrame, order: list[str], path: Path) -> tuple[list[st
                     ms=2, label=f"layer {layer}")
         ax.set(xlabel="target position", ylabel="%" if i == 0 else None, ylim=(0, 100),
                title=f"{row}: {'mass' if kind == 'mass' else 'contribution'}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))        # positions are whole: no tick at 2.5
         ax.legend(fontsize=6)
     fig.suptitle(f"{_title(runs, path)}: the source's share by layer, means over seeds")
     plot = save_png(fig, path)
@@ -153,6 +155,7 @@ def plot_source_attention(runs: pd.DataFrame, order: list[str], kinds: list[str]
             ax.fill_between(xs, lows, highs, alpha=0.15, color=color)
         ax.set(xlabel="target position", ylabel="%", title="attention mass on the source" if kind == "mass"
                else "source share of the attention's contribution")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8)
     fig.suptitle(f"{_title(runs, path)}: the source's share by target position, means over seeds (95 % bands)")
     return save_png(fig, path)
