@@ -235,22 +235,27 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    from harness import tracking
     from harness.report.writers import compare_reports, report_all
     studies = [args.study] if args.study else None
+    # --record: each record file is read as a store of its one invocation, in place of MLflow
+    uris = [tracking.record_uri(p) for p in args.record] if args.record else [None]
+    source = "the records" if args.record else "the store"
     if args.check:                  # regenerate apart, compare, write nothing (neither args.out nor MLflow)
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:
-            paths = report_all(Path(tmp), studies=studies, profile=args.profile, variant=args.name, force=True,
-                               publish=False)
+            paths = [p for uri in uris for p in report_all(Path(tmp), uri, studies=studies, profile=args.profile,
+                                                           variant=args.name, force=True, publish=False)]
             stale = compare_reports(Path(tmp), args.out, paths)
         for line in stale:
             print(line)
-        print(f"{len(stale)} file(s) under {args.out} differ from what the store and this code give now"
+        print(f"{len(stale)} file(s) under {args.out} differ from what {source} and this code give now"
               if stale else f"every report regenerated agrees with {args.out}, byte for byte")
         return 1 if stale else 0
-    paths = report_all(args.out, studies=studies, profile=args.profile,
-                       variant=args.name, replace=args.replace, force=args.force, say=print)
-    for p in paths:
+    paths = [p for uri in uris for p in report_all(args.out, uri, studies=studies, profile=args.profile,
+                                                   variant=args.name, replace=args.replace, force=args.force,
+                                                   say=print)]
+    for p in dict.fromkeys(paths):
         print(p)
     return 0
 
@@ -473,8 +478,9 @@ def _add_status(sub) -> None:
 
 
 def _add_report(sub) -> None:
-    """`report`: reports/ from MLflow."""
-    rep = sub.add_parser("report", help="write reports/ (Markdown, CSV, plots) from the runs in MLflow")
+    """`report`: reports/ from MLflow, or from the records written beside earlier reports."""
+    rep = sub.add_parser("report", help="write reports/ (Markdown, CSV, plots and the record of what they read) "
+                                        "from the runs in MLflow")
     rep.add_argument("--study", default=None, help="one study (default: every study in the store)")
     rep.add_argument("--profile", default=None, help="the profile's latest invocation (default: the latest of any)")
     rep.add_argument("--name", default=None, type=invocation_name,
@@ -486,6 +492,9 @@ def _add_report(sub) -> None:
     rep.add_argument("--force", action="store_true",
                      help="replace a report even where it rests on more trials or seeds than this invocation "
                           "(implies --replace)")
+    rep.add_argument("--record", nargs="+", type=Path, default=None, metavar="FILE",
+                     help="regenerate from these records (the STUDY.record.json.gz that report writes beside each "
+                          "report, e.g. reports/table3.record.json.gz) instead of the MLflow store")
     rep.add_argument("--check", action="store_true",
                      help="regenerate the reports in a temporary folder and compare them with those under --out, "
                           "file by file; writes nothing; exit 1 where any differs (a committed report gone stale)")

@@ -12,16 +12,19 @@ resolved configs, flattened (model.d_model, train.steps, data.name, ...).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
+from harness import record
 from harness.errors import UserError
 from harness.metrics import VIEW
 
@@ -338,6 +341,9 @@ def _parents(client, experiment_id: str, profile: str | None) -> list:
 
 def variants(uri: str, study: str, profile: str | None = None) -> list[str]:
     """The names (`run --name`) of a study's named invocations, in the order they first ran."""
+    rec = _record(uri)
+    if rec is not None:
+        return [rec.variant] if rec.variant and rec.study == study and profile in (None, rec.profile) else []
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
     parents = reversed(_parents(client, exp.experiment_id, profile)) if exp else []
@@ -351,7 +357,18 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     {'parent': {'run_id', 'status', 'start_time', 'tags': {...}, 'params': {...}},
      'runs': pandas DataFrame, one row per child run: run_id, status, start_time, end_time, and the
      columns tags.<name>, params.<name> (strings) and metrics.<name> (last value of each metric)}.
-    None when the store has no such study."""
+    None when the store has no such study. A `record:PATH` URI reads the one invocation a record holds."""
+    rec = _record(uri)
+    if rec is not None:
+        results = rec.results() if rec.matches(study, profile, variant) else None
+    else:
+        results = _study_results(uri, study, profile, variant)
+    if results is not None and _RECORDING and _RECORDING[-1].results is None:
+        _RECORDING[-1].results = {"parent": copy.deepcopy(results["parent"]), "runs": results["runs"].copy()}
+    return results
+
+
+def _study_results(uri: str, study: str, profile: str | None, variant: str) -> dict | None:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
     if exp is None:
@@ -453,11 +470,24 @@ def invocations(uri: str) -> list[dict]:
 
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
-    return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
+    rec = _record(uri)
+    points = rec.history(run_id, key) if rec is not None else \
+        [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
+    if _RECORDING:
+        _RECORDING[-1].history(run_id, key, points)
+    return points
 
 
 def artifact_json(uri: str, run_id: str, name: str) -> Any:
     """A JSON artifact of a run (e.g. a trial's heads.json), read back; None where the run has none."""
+    rec = _record(uri)
+    value = rec.artifact(run_id, name) if rec is not None else _artifact_json(uri, run_id, name)
+    if _RECORDING:
+        _RECORDING[-1].artifact(run_id, name, copy.deepcopy(value))
+    return value
+
+
+def _artifact_json(uri: str, run_id: str, name: str) -> Any:
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -467,8 +497,45 @@ def artifact_json(uri: str, run_id: str, name: str) -> Any:
         return json.loads(Path(local).read_text(encoding="utf-8"))
 
 
+# What the report in progress read (`recording`), innermost last; records read as stores, by URI.
+_RECORDING: list[record.Reads] = []
+_RECORDS: dict[str, record.Record] = {}
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[record.Reads]:
+    """Within it, every study_results, metric_history and artifact_json is also kept in the Reads it yields: what
+    `report` writes as the record beside a report (harness/record.py)."""
+    reads = record.Reads()
+    _RECORDING.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDING.remove(reads)
+
+
+def record_uri(path: Path) -> str:
+    """The tracking URI that reads a record file as a store of its one invocation."""
+    return record.SCHEME + str(Path(path).resolve())
+
+
+def is_record(uri: str) -> bool:
+    return uri.startswith(record.SCHEME)
+
+
+def _record(uri: str) -> record.Record | None:
+    if not is_record(uri):
+        return None
+    if uri not in _RECORDS:
+        _RECORDS[uri] = record.load(Path(uri[len(record.SCHEME):]))
+    return _RECORDS[uri]
+
+
 def require_store(uri: str) -> None:
     """For readers: a local sqlite store that does not exist is an error, not a new empty store."""
+    if is_record(uri):
+        _record(uri)
+        return
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
         raise UserError(f"there is no MLflow store at {uri[len('sqlite:///'):]}; run a study first "
                         "(`python -m harness run studies/table3.yaml`) or set MLFLOW_TRACKING_URI.")
@@ -477,6 +544,8 @@ def require_store(uri: str) -> None:
 def list_studies(uri: str) -> list[str]:
     """Names of the experiments that hold at least one study run."""
     require_store(uri)
+    if is_record(uri):
+        return [_record(uri).study]
     client = MlflowClient(uri)
     names = []
     for exp in client.search_experiments():

@@ -254,7 +254,7 @@ def test_the_table_check_catches_a_wrong_import():
     graph["stray.module"] = set()
     found = table_violations(graph, table)
     assert found == ["harness.report.table3 imports harness.train.loop, but harness.report may import only "
-                     "['errors', 'io', 'measure', 'metrics', 'paper', 'probes', 'report', 'tracking']",
+                     "['errors', 'io', 'measure', 'metrics', 'paper', 'probes', 'record', 'report', 'tracking']",
                      "model.layers imports harness.data.batching, but model may import only ['model']",
                      "stray.module belongs to no part of the table"]
 

@@ -215,3 +215,27 @@ def test_the_committed_index_is_what_the_committed_reports_give():
     committed = (ROOT / "reports" / "README.md").read_text(encoding="utf-8")
     assert committed == index_text(ROOT / "reports"), "reports/README.md is stale: python -c 'from pathlib " \
         "import Path; from harness.report.writers import write_index; write_index(Path(\"reports\"))'"
+
+
+@pytest.mark.slow
+def test_every_committed_record_regenerates_its_report(tmp_path):
+    """A report committed with its record (STUDY.record.json.gz, what it read from MLflow) is what that record and
+    HEAD's code give now: its text, table and record byte for byte, its plots of the same size. Reports made before
+    records existed have none (docs/studies.md)."""
+    from matplotlib.image import imread
+
+    from harness import tracking
+    from harness.report.writers import report_all
+    records = sorted((ROOT / "reports").rglob("*.record.json.gz"))
+    if not records:
+        pytest.skip("no committed report has a record yet")
+    made = [p for r in records for p in report_all(tmp_path, tracking.record_uri(r), force=True, publish=False)]
+    made = sorted({p for p in made if p.name != "README.md"})
+    assert {p.name for p in made if p.name.endswith(".record.json.gz")} == {r.name for r in records}
+    for path in made:
+        committed = ROOT / "reports" / path.relative_to(tmp_path)
+        assert committed.is_file(), f"{committed}: the regenerated report has it, the committed one does not"
+        if path.suffix == ".png":          # the same figure; its pixels follow the fonts and freetype at hand
+            assert imread(path).shape == imread(committed).shape, committed
+        else:
+            assert path.read_bytes() == committed.read_bytes(), f"{committed} differs from what its record gives"

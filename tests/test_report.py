@@ -1,5 +1,6 @@
 """harness.report on fake studies logged into a throwaway sqlite MLflow store with the runner's schema."""
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -10,6 +11,8 @@ from matplotlib.image import imread
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
+from harness import record, tracking
+from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
 from harness.report.writers import report_all, write_report
@@ -99,7 +102,7 @@ def test_files_written(table3):
     out, paths, _, _ = table3
     names = {p.name for p in paths}
     assert names == {"table3.md", "table3.csv", "table3_learning_curves.png", "table3_bleu_vs_params.png",
-                     "table3_knobs.png", "README.md"}
+                     "table3_knobs.png", "table3.record.json.gz", "README.md"}
     assert all(p.parent == out and p.stat().st_size > 0 for p in paths)
     assert not list(out.glob(".*.tmp"))      # atomic writes leave no temp files behind
 
@@ -546,3 +549,107 @@ def test_a_report_of_a_study_still_running_says_which_rows_have_not_finished(tmp
     assert "not finished yet: C4 not started" in why["wider_better"]              # C5 never in this invocation
     assert "its rows were not run in this invocation" in why["smaller_dk_hurts"]  # B1 never in it
     assert "4 trials started so far, 0 failed (the invocation has not finished)" in text
+
+
+# ------------------------------------------------------------------------------------------ records
+# harness/record.py: the record `report` writes beside each report, and `report --record` regenerating the report
+# from it byte for byte with no MLflow store.
+
+def test_the_trials_table_comes_back_from_a_record_with_its_values_and_dtypes():
+    t0 = pd.Timestamp("2026-12-06 10:00:00.123456", tz="UTC")
+    df = pd.DataFrame({
+        "run_id": pd.Series(["a", "b", "c"], dtype="str"),
+        "metrics.dev_ppl": [5.54, math.nan, 1 / 3],
+        "params.model.d_model": pd.Series(["256", None, "128"], dtype="str"),
+        "tags.note": pd.Series([None, "x", {"k": 1}], dtype="object"),
+        "start_time": pd.Series([t0, pd.NaT, t0], dtype="datetime64[us, UTC]"),
+        "steps": pd.Series([1, 2, 3], dtype="int64"),
+        "ok": [True, False, True]})
+    back = record.table_from_json(json.loads(json.dumps(record.table_to_json(df), allow_nan=True)))
+    pd.testing.assert_frame_equal(back, df, check_exact=True, check_index_type=True)
+    assert list(back.dtypes.astype(str)) == list(df.dtypes.astype(str)) and back["metrics.dev_ppl"][2] == 1 / 3
+    shuffled = df.iloc[[2, 0]]                            # an index other than 0..n-1 is kept as it was
+    assert list(record.table_from_json(record.table_to_json(shuffled)).index) == [2, 0]
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """Two studies' reports (one a named invocation) made from a store, a JSON artifact read through tracking, and
+    the store then deleted."""
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+    uri = f"sqlite:///{db}"
+    client = MlflowClient(uri)
+    log_study(client, "table3", TABLE3, "base,A1,C4,D1")
+    log_study(client, "modern", MODERN, "base,F1,F2", variant="corpus2")
+    out = tmp_path / "reports"
+    report_all(out, uri)
+    return tmp_path, out, uri
+
+
+def test_a_report_regenerates_from_its_record_byte_for_byte_without_the_store(recorded, monkeypatch):
+    tmp_path, out, uri = recorded
+    records = sorted(out.rglob(f"*{record.SUFFIX}"))
+    assert [p.relative_to(out).as_posix() for p in records] == ["corpus2/modern.record.json.gz",
+                                                                "table3.record.json.gz"]
+    for p in (tmp_path / "store").rglob("*"):            # no store to read from: the records alone
+        if p.is_file():
+            p.unlink()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/nowhere/mlflow.db")
+    again = tmp_path / "again"
+    assert main(["report", "--record", *map(str, records), "--out", str(again)]) == 0
+    made = {p.relative_to(out) for p in out.rglob("*") if p.is_file()}
+    assert made == {p.relative_to(again) for p in again.rglob("*") if p.is_file()}
+    assert len(made) >= 8 and any(p.suffix == ".png" for p in made)
+    assert all((out / p).read_bytes() == (again / p).read_bytes() for p in made)   # the record itself too
+    # --check against the reports made from the store: they agree; a line edited by hand is found
+    assert main(["report", "--record", *map(str, records), "--out", str(out), "--check"]) == 0
+    md = out / "table3.md"
+    md.write_text(md.read_text(encoding="utf-8").replace("## Claims", "## Claims, edited"), encoding="utf-8")
+    assert main(["report", "--record", *map(str, records), "--out", str(out), "--check"]) == 1
+
+
+def test_the_record_holds_what_the_report_read_and_a_json_artifact(recorded):
+    tmp_path, out, uri = recorded
+    body = json.loads(gzip.decompress((out / "table3.record.json.gz").read_bytes()))
+    assert body["study"] == "table3" and body["profile"] == "tiny" and body["variant"] == ""
+    assert len(body["runs"]["index"]) == len(TABLE3) and body["parent"]["tags"]["kind"] == "study"
+    curves = {k for hist in body["histories"].values() for k in hist}
+    assert "train_loss" in curves                         # the learning curves' histories, read for the plot
+    client = MlflowClient(uri)
+    run = client.search_runs([client.get_experiment_by_name("table3").experiment_id], "tags.row = 'base'")[0]
+    client.log_dict(run.info.run_id, {"heads": [[0.5, 0.25]]}, "heads.json")
+    with tracking.recording() as reads:
+        tracking.study_results(uri, "table3")
+        assert tracking.artifact_json(uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
+        assert tracking.artifact_json(uri, run.info.run_id, "absent.json") is None
+    path = record.save(tmp_path / "t.record.json.gz", reads)
+    first = path.read_bytes()
+    rec_uri = tracking.record_uri(path)
+    assert tracking.artifact_json(rec_uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
+    assert tracking.artifact_json(rec_uri, run.info.run_id, "absent.json") is None
+    assert tracking.list_studies(rec_uri) == ["table3"] and tracking.study_results(rec_uri, "modern") is None
+    assert record.save(path, reads).read_bytes() == first          # deterministic: no time in the gzip header
+
+
+def test_a_record_without_what_the_report_reads_or_not_a_record_is_one_sentence(recorded, tmp_path, capsys):
+    _, out, _ = recorded
+    body = json.loads(gzip.decompress((out / "table3.record.json.gz").read_bytes()))
+    body["histories"] = {}
+    thin = tmp_path / "thin.record.json.gz"
+    thin.write_bytes(gzip.compress(json.dumps(body).encode()))
+    assert main(["report", "--record", str(thin), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"the record {thin} holds no history of metric" in err
+    assert "MLFLOW_TRACKING_URI" in err and "Traceback" not in err
+    bad = tmp_path / "bad.record.json.gz"
+    bad.write_text("not gzip", encoding="utf-8")
+    for path, said in ((bad, "is not a study record written by"), (tmp_path / "none.gz", "there is no record at")):
+        assert main(["report", "--record", str(path), "--out", str(tmp_path / "y")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and err.count("\n") == 0
+    assert not any((tmp_path / "x").rglob("*"))                     # nothing half-written
+    with pytest.raises(UserError, match="format"):
+        body["format"] = 99
+        thin.write_bytes(gzip.compress(json.dumps(body).encode()))
+        record.load(thin)

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from harness import tracking
+from harness import record, tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
@@ -183,24 +183,26 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
     more trials or seeds. say: told what changed against the report replaced (rows, seeds, verdicts). publish
     False: the report is not also attached to the study's parent run in MLflow (`report --check` writes nothing)."""
     uri = uri or tracking.tracking_uri()
-    results = load_results(study, uri, profile, variant)
-    writer = writer_for(results["parent"], study)
-    index_dir = Path(out_dir)
-    refusal = _refusal(study, index_dir, results, replace, force)
-    if refusal:
-        raise UserError(refusal)
-    out_dir = index_dir / report_folder(results["parent"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = out_dir / f"{study}.md"
-    old = read_evidence(before.read_text(encoding="utf-8")) if before.is_file() else None
-    files = writer(study, results, uri, out_dir)
+    with tracking.recording() as reads:       # what the report reads: its record (harness/record.py)
+        results = load_results(study, uri, profile, variant)
+        writer = writer_for(results["parent"], study)
+        index_dir = Path(out_dir)
+        refusal = _refusal(study, index_dir, results, replace, force)
+        if refusal:
+            raise UserError(refusal)
+        out_dir = index_dir / report_folder(results["parent"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        before = out_dir / f"{study}.md"
+        old = read_evidence(before.read_text(encoding="utf-8")) if before.is_file() else None
+        files = writer(study, results, uri, out_dir)
     md, csv = files[0], files[1]
+    files = [*files, record.save(record.record_path(md), reads)]
     if say is not None and old is not None:
         changed = changes(old, read_evidence(md.read_text(encoding="utf-8")))
         say(f"{md}: " + ("; ".join(changed) if changed else "the same rows, seeds and verdicts as the report it "
                                                           "replaced"))
     # The same report on the study's parent run, so that the MLflow UI shows what the study reproduced.
-    if publish:
+    if publish and not tracking.is_record(uri):
         tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
                                 pd.read_csv(csv))
     return [*files, write_index(index_dir)]
