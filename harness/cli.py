@@ -239,23 +239,22 @@ def _cmd_report(args) -> int:
     from harness.report.writers import compare_reports, report_all
     studies = [args.study] if args.study else None
     # --record: each record file is read as a store of its one invocation, in place of MLflow
-    uris = [tracking.record_uri(p) for p in args.record] if args.record else [None]
+    uris = [tracking.record_uri(p) for p in args.record] if args.record else None
     source = "the records" if args.record else "the store"
     if args.check:                  # regenerate apart, compare, write nothing (neither args.out nor MLflow)
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:
-            paths = [p for uri in uris for p in report_all(Path(tmp), uri, studies=studies, profile=args.profile,
-                                                           variant=args.name, force=True, publish=False)]
+            paths = report_all(Path(tmp), uris, studies=studies, profile=args.profile, variant=args.name,
+                               force=True, publish=False)
             stale = compare_reports(Path(tmp), args.out, paths)
         for line in stale:
             print(line)
         print(f"{len(stale)} file(s) under {args.out} differ from what {source} and this code give now"
               if stale else f"every report regenerated agrees with {args.out}, byte for byte")
         return 1 if stale else 0
-    paths = [p for uri in uris for p in report_all(args.out, uri, studies=studies, profile=args.profile,
-                                                   variant=args.name, replace=args.replace, force=args.force,
-                                                   say=print)]
-    for p in dict.fromkeys(paths):
+    paths = report_all(args.out, uris, studies=studies, profile=args.profile, variant=args.name,
+                       replace=args.replace, force=args.force, say=print)
+    for p in paths:
         print(p)
     return 0
 
@@ -494,7 +493,7 @@ def _add_report(sub) -> None:
                           "(implies --replace)")
     rep.add_argument("--record", nargs="+", type=Path, default=None, metavar="FILE",
                      help="regenerate from these records (the STUDY.record.json.gz that report writes beside each "
-                          "report, e.g. reports/table3.record.json.gz) instead of the MLflow store")
+                          "report, e.g. reports/statements.record.json.gz) instead of the MLflow store")
     rep.add_argument("--check", action="store_true",
                      help="regenerate the reports in a temporary folder and compare them with those under --out, "
                           "file by file; writes nothing; exit 1 where any differs (a committed report gone stale)")

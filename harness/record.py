@@ -19,6 +19,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ SCHEME = "record:"
 SUFFIX = ".record.json.gz"
 
 
-@dataclass
+@dataclass(eq=False)
 class Reads:
     """What one report read: the invocation (study_results' dict), and each history and artifact by run."""
     results: dict | None = None
@@ -121,21 +122,50 @@ def table_from_json(obj: dict) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------ the file
 
-def save(path: Path, reads: Reads) -> Path:
-    """Write the record of `reads` (whose results are study_results' dict) to path, deterministically."""
+def save(path: Path, reads: Reads, study: str, variant: str = "") -> Path:
+    """Write the record of `reads` (whose results are study_results' dict) for `study`'s invocation (of name
+    `variant`) to path, deterministically."""
     parent = reads.results["parent"]
-    tags = parent.get("tags", {})
-    body = {"format": FORMAT, "study": tags.get("study", ""), "profile": tags.get("profile", ""),
-            "variant": tags.get("variant", ""), "parent": parent,
-            "runs": table_to_json(reads.results["runs"]), "histories": reads.histories,
-            "artifacts": reads.artifacts}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    body = {"format": FORMAT, "study": study, "profile": parent.get("tags", {}).get("profile", ""),
+            "variant": variant, "parent": parent, "runs": table_to_json(reads.results["runs"]),
+            "histories": reads.histories, "artifacts": reads.artifacts}
+    with atomic_writer(path, binary=True) as f:
+        f.write(_gzip(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)))
+    return path
+
+
+def _gzip(text: str) -> bytes:
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as gz:
         gz.write(text.encode("utf-8"))
-    with atomic_writer(path, binary=True) as f:
-        f.write(buf.getvalue())
-    return path
+    return buf.getvalue()
+
+
+def same(a: Path, b: Path) -> bool:
+    """Whether two records hold the same (their JSON, not their bytes: another zlib may compress it otherwise)."""
+    try:
+        return gzip.decompress(Path(a).read_bytes()) == gzip.decompress(Path(b).read_bytes())
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
+def _check(body: dict) -> None:
+    """Raise ValueError naming the first part of a record's body that is not what `save` writes."""
+    if body.get("format") != FORMAT:
+        raise ValueError(f"format {body.get('format')!r}, not {FORMAT}")
+    parent = body.get("parent")
+    if not isinstance(parent, dict) or not isinstance(parent.get("tags"), dict) or "run_id" not in parent:
+        raise ValueError("its parent run is not a dict with run_id and tags")
+    for name in ("study", "profile", "variant"):
+        if not isinstance(body.get(name), str):
+            raise ValueError(f"its {name} is not a string")
+    for run_id, hists in body.get("histories", {}).items():
+        for key, points in hists.items():
+            if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p)
+                       for p in points):
+                raise ValueError(f"the history of {key!r} for run {run_id} is not a list of [step, value]")
+    if not all(isinstance(v, dict) for v in body.get("artifacts", {}).values()):
+        raise ValueError("its artifacts are not one dict per run")
 
 
 def load(path: Path) -> Record:
@@ -146,11 +176,13 @@ def load(path: Path) -> Record:
                         "report (STUDY.md -> STUDY.record.json.gz).")
     try:
         body = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
-        if body.get("format") != FORMAT:
-            raise ValueError(f"format {body.get('format')!r}, not {FORMAT}")
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        _check(body)
         reads = Reads(results={"parent": body["parent"], "runs": table_from_json(body["runs"])},
                       histories=body["histories"], artifacts=body["artifacts"])
         return Record(path, body["study"], body["profile"], body["variant"], reads)
-    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError,
+            AttributeError) as err:
         raise UserError(f"{path} is not a study record written by `python -m harness report` "
                         f"({type(err).__name__}: {str(err)[:120]}).") from None

@@ -341,7 +341,7 @@ def _parents(client, experiment_id: str, profile: str | None) -> list:
 
 def variants(uri: str, study: str, profile: str | None = None) -> list[str]:
     """The names (`run --name`) of a study's named invocations, in the order they first ran."""
-    rec = _record(uri)
+    rec = record_of(uri)
     if rec is not None:
         return [rec.variant] if rec.variant and rec.study == study and profile in (None, rec.profile) else []
     client = MlflowClient(uri)
@@ -358,7 +358,7 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
      'runs': pandas DataFrame, one row per child run: run_id, status, start_time, end_time, and the
      columns tags.<name>, params.<name> (strings) and metrics.<name> (last value of each metric)}.
     None when the store has no such study. A `record:PATH` URI reads the one invocation a record holds."""
-    rec = _record(uri)
+    rec = record_of(uri)
     if rec is not None:
         results = rec.results() if rec.matches(study, profile, variant) else None
     else:
@@ -366,6 +366,9 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     if results is not None and _RECORDING and _RECORDING[-1].results is None:
         _RECORDING[-1].results = {"parent": copy.deepcopy(results["parent"]), "runs": results["runs"].copy()}
     return results
+
+
+_PUBLISHED_TAGS = ("mlflow.note.content", "mlflow.loggedArtifacts")
 
 
 def _study_results(uri: str, study: str, profile: str | None, variant: str) -> dict | None:
@@ -379,8 +382,14 @@ def _study_results(uri: str, study: str, profile: str | None, variant: str) -> d
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs([exp.experiment_id], filter_string="tags.mlflow.parentRunId = "
                                                                  f"{_quote(parent.info.run_id)}")
+    # MLflow orders the metrics.*, params.* and tags.* columns as a set iterates (another order in each process):
+    # sorted here, so that what a report reads, and its record, is the same from one reading to the next
+    runs = runs[[c for c in runs.columns if "." not in c] + sorted(c for c in runs.columns if "." in c)]
+    # publish_report's own tags (the last report's text, its artifacts' list) are left out: a report never reads
+    # them, and its record would otherwise change each time a report is published.
+    tags = {k: v for k, v in parent.data.tags.items() if k not in _PUBLISHED_TAGS}
     return {"parent": {"run_id": parent.info.run_id, "status": parent.info.status,
-                       "start_time": parent.info.start_time, "tags": dict(parent.data.tags),
+                       "start_time": parent.info.start_time, "tags": tags,
                        "params": dict(parent.data.params), "metrics": dict(parent.data.metrics),
                        "study_wall_seconds": study_wall_seconds(uri, parent.info.run_id)},
             "runs": runs}
@@ -470,7 +479,7 @@ def invocations(uri: str) -> list[dict]:
 
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
-    rec = _record(uri)
+    rec = record_of(uri)
     points = rec.history(run_id, key) if rec is not None else \
         [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
     if _RECORDING:
@@ -480,7 +489,7 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
 
 def artifact_json(uri: str, run_id: str, name: str) -> Any:
     """A JSON artifact of a run (e.g. a trial's heads.json), read back; None where the run has none."""
-    rec = _record(uri)
+    rec = record_of(uri)
     value = rec.artifact(run_id, name) if rec is not None else _artifact_json(uri, run_id, name)
     if _RECORDING:
         _RECORDING[-1].artifact(run_id, name, copy.deepcopy(value))
@@ -511,7 +520,7 @@ def recording() -> Iterator[record.Reads]:
     try:
         yield reads
     finally:
-        _RECORDING.remove(reads)
+        _RECORDING.pop()
 
 
 def record_uri(path: Path) -> str:
@@ -523,18 +532,22 @@ def is_record(uri: str) -> bool:
     return uri.startswith(record.SCHEME)
 
 
-def _record(uri: str) -> record.Record | None:
+def record_of(uri: str) -> record.Record | None:
+    """The record a `record:` URI names (None for any other URI), read again when its file changed."""
     if not is_record(uri):
         return None
-    if uri not in _RECORDS:
-        _RECORDS[uri] = record.load(Path(uri[len(record.SCHEME):]))
-    return _RECORDS[uri]
+    path = Path(uri[len(record.SCHEME):])
+    stat = path.stat() if path.is_file() else None
+    key = f"{uri}|{stat.st_mtime_ns if stat else 0}|{stat.st_size if stat else 0}"
+    if key not in _RECORDS:
+        _RECORDS[key] = record.load(path)
+    return _RECORDS[key]
 
 
 def require_store(uri: str) -> None:
     """For readers: a local sqlite store that does not exist is an error, not a new empty store."""
     if is_record(uri):
-        _record(uri)
+        record_of(uri)
         return
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
         raise UserError(f"there is no MLflow store at {uri[len('sqlite:///'):]}; run a study first "
@@ -545,7 +558,7 @@ def list_studies(uri: str) -> list[str]:
     """Names of the experiments that hold at least one study run."""
     require_store(uri)
     if is_record(uri):
-        return [_record(uri).study]
+        return [record_of(uri).study]
     client = MlflowClient(uri)
     names = []
     for exp in client.search_experiments():

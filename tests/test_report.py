@@ -431,17 +431,24 @@ def test_a_plot_the_new_report_does_not_draw_is_removed_with_it(tmp_path):
     # the file goes; a PNG no report of this study showed is not touched.
     import pandas as pd
 
-    from harness.report.common import write_files
+    from harness.report.common import install_files, write_files
+    out, made = tmp_path / "reports", tmp_path / "made"
+    out.mkdir()
+    made.mkdir()
     for name in ("s_knobs.png", "s_curves.png", "other.png"):
-        (tmp_path / name).write_bytes(b"png")
+        (out / name).write_bytes(b"old png")
+    (out / "s.md").write_text("# s\n\n![s_knobs](s_knobs.png)\n![s_curves](s_curves.png)\n", encoding="utf-8")
     table = pd.DataFrame({"row": ["base"]})
-    write_files("s", tmp_path, ["# s"], table, [tmp_path / "s_knobs.png", tmp_path / "s_curves.png"])
-    assert {p.name for p in tmp_path.glob("*.png")} == {"s_knobs.png", "s_curves.png", "other.png"}
-    (tmp_path / "s_figure.png").write_bytes(b"png")
+    (made / "s_curves.png").write_bytes(b"new png")
+    (made / "s_figure.png").write_bytes(b"figure")
     # a section's own image (shown in its lines, not in the plots list) stays: it is shown
-    write_files("s", tmp_path, ["# s", "![s_figure](s_figure.png)"], table, [tmp_path / "s_curves.png"])
-    assert {p.name for p in tmp_path.glob("*.png")} == {"s_curves.png", "s_figure.png", "other.png"}
-    assert "![s_curves](s_curves.png)" in (tmp_path / "s.md").read_text()
+    files = write_files("s", made, ["# s", "![s_figure](s_figure.png)"], table, [made / "s_curves.png", None])
+    placed = install_files("s", [*files, made / "s_figure.png"], out)
+    assert [p.name for p in placed] == ["s.md", "s.csv", "s_curves.png", "s_figure.png"]
+    assert all(p.parent == out for p in placed)
+    assert {p.name for p in out.glob("*.png")} == {"s_curves.png", "s_figure.png", "other.png"}
+    assert (out / "s_curves.png").read_bytes() == b"new png" and not list(out.glob(".*.tmp"))
+    assert "![s_curves](s_curves.png)" in (out / "s.md").read_text()
 
 
 def test_the_knobs_plot_is_titled_by_its_study_and_profile_not_by_its_last_panel(tmp_path, monkeypatch):
@@ -587,6 +594,17 @@ def recorded(tmp_path):
     return tmp_path, out, uri
 
 
+def test_a_report_made_from_a_store_agrees_with_the_same_store_at_once(recorded, capsys, monkeypatch):
+    """Publishing a report sets tags on its parent run (the report's text): its record leaves them out, or the next
+    --check would find the record changed. A report made before records existed (none beside it) is not stale."""
+    tmp_path, out, uri = recorded
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["report", "--out", str(out), "--check"]) == 0, capsys.readouterr().out
+    (out / "table3.record.json.gz").unlink()
+    assert main(["report", "--out", str(out), "--check"]) == 0
+    assert "agrees with" in capsys.readouterr().out
+
+
 def test_a_report_regenerates_from_its_record_byte_for_byte_without_the_store(recorded, monkeypatch):
     tmp_path, out, uri = recorded
     records = sorted(out.rglob(f"*{record.SUFFIX}"))
@@ -620,16 +638,18 @@ def test_the_record_holds_what_the_report_read_and_a_json_artifact(recorded):
     run = client.search_runs([client.get_experiment_by_name("table3").experiment_id], "tags.row = 'base'")[0]
     client.log_dict(run.info.run_id, {"heads": [[0.5, 0.25]]}, "heads.json")
     with tracking.recording() as reads:
-        tracking.study_results(uri, "table3")
+        cols = list(tracking.study_results(uri, "table3")["runs"].columns)
+        # MLflow's own column order follows a set's (another in each process); the record's may not
+        assert [c for c in cols if "." in c] == sorted(c for c in cols if "." in c) and cols[0] == "run_id"
         assert tracking.artifact_json(uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
         assert tracking.artifact_json(uri, run.info.run_id, "absent.json") is None
-    path = record.save(tmp_path / "t.record.json.gz", reads)
+    path = record.save(tmp_path / "t.record.json.gz", reads, "table3")
     first = path.read_bytes()
     rec_uri = tracking.record_uri(path)
     assert tracking.artifact_json(rec_uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
     assert tracking.artifact_json(rec_uri, run.info.run_id, "absent.json") is None
     assert tracking.list_studies(rec_uri) == ["table3"] and tracking.study_results(rec_uri, "modern") is None
-    assert record.save(path, reads).read_bytes() == first          # deterministic: no time in the gzip header
+    assert record.save(path, reads, "table3").read_bytes() == first          # deterministic: no time in the gzip header
 
 
 def test_a_record_without_what_the_report_reads_or_not_a_record_is_one_sentence(recorded, tmp_path, capsys):
@@ -649,7 +669,39 @@ def test_a_record_without_what_the_report_reads_or_not_a_record_is_one_sentence(
         err = capsys.readouterr().err.strip()
         assert said in err and err.count("\n") == 0
     assert not any((tmp_path / "x").rglob("*"))                     # nothing half-written
+    good = out / "table3.record.json.gz"
+    broken = tmp_path / "broken.record.json.gz"
+    data = bytearray(good.read_bytes())
+    data[20] ^= 0xFF                                        # a damaged deflate stream (zlib.error, not OSError)
+    broken.write_bytes(bytes(data))
+    malformed = json.loads(gzip.decompress(good.read_bytes()))
+    malformed["histories"] = {"r": {"train_loss": [[1]]}}
+    odd = tmp_path / "odd.record.json.gz"
+    odd.write_bytes(gzip.compress(json.dumps(malformed).encode()))
+    for path in (broken, odd):
+        assert main(["report", "--record", str(path), "--out", str(tmp_path / "z")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "is not a study record written by" in err and err.count("\n") == 0 and "Traceback" not in err
+    # several records, one missing: nothing is written, not even the good one's report
+    assert main(["report", "--record", str(good), str(tmp_path / "none.gz"), "--out", str(tmp_path / "w")]) == 2
+    assert not (tmp_path / "w").exists()
     with pytest.raises(UserError, match="format"):
         body["format"] = 99
         thin.write_bytes(gzip.compress(json.dumps(body).encode()))
         record.load(thin)
+
+
+def test_recordings_nest_and_a_rewritten_record_is_read_again(recorded, tmp_path):
+    _, out, uri = recorded
+    with tracking.recording() as outer:
+        with tracking.recording() as inner:
+            tracking.study_results(uri, "table3")
+        tracking.study_results(uri, "modern", variant="corpus2")
+    assert inner.results["parent"]["tags"]["study"] == "table3"
+    assert outer.results["parent"]["tags"]["study"] == "modern" and tracking._RECORDING == []
+    path = tmp_path / "r.record.json.gz"
+    path.write_bytes((out / "table3.record.json.gz").read_bytes())
+    rec_uri = tracking.record_uri(path)
+    assert tracking.list_studies(rec_uri) == ["table3"]
+    path.write_bytes((out / "corpus2" / "modern.record.json.gz").read_bytes())
+    assert tracking.list_studies(rec_uri) == ["modern"] and tracking.variants(rec_uri, "modern") == ["corpus2"]

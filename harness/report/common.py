@@ -65,6 +65,10 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
                         "MLFLOW_TRACKING_URI elsewhere.") from None
     which = (f"study {study}" + (f" with profile {profile}" if profile else "")
              + (f" named {variant}" if variant else ""))
+    if results is None and tracking.is_record(uri):
+        rec = tracking.record_of(uri)
+        raise UserError(f"no runs of {which} in the record {rec.path}: it holds study {rec.study} with profile "
+                        f"{rec.profile}{f' named {rec.variant}' if rec.variant else ''}.")
     if results is None:
         raise UserError(f"no runs of {which} in {uri}; run `python -m harness run studies/{study}.yaml"
                         f"{f' --profile {profile}' if profile else ''}{f' --name {variant}' if variant else ''}` "
@@ -1114,22 +1118,33 @@ def failure_cell(r: dict) -> str:
 
 def write_files(study: str, out_dir: Path, lines: list[str], table: pd.DataFrame, plots: list[Path | None],
            claims: list[str] = ()) -> list[Path]:
-    """The report's .md (its lines, then its plots, then its claims) and .csv; a plot not drawn (None: it would
-    carry no information) is left out."""
+    """The report's .md (its lines, then its plots, then its claims) and .csv in out_dir (a folder of its own:
+    writers.write_report then puts them in place with install_files); a plot not drawn (None: it would carry no
+    information) is left out."""
     plots = [p for p in plots if p is not None]
     lines = [*lines, "", *(f"![{p.stem}]({p.name})" for p in plots), "", *claims]
+    csv = atomic_write(out_dir / f"{study}.csv", table.to_csv(index=False, float_format="%.6g"))
+    md = atomic_write(out_dir / f"{study}.md", "\n".join(lines))
+    return [md, csv, *plots]
+
+
+def install_files(study: str, made: list[Path], out_dir: Path) -> list[Path]:
+    """Put a report made elsewhere (its .md first) into out_dir, each file written atomically; the paths in
+    out_dir, in the same order. A plot the report it replaces showed and this one does not (it would carry no
+    information now) goes: a folder of reports holds no picture that no report shows."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
         before = _plots_in((out_dir / f"{study}.md").read_text(encoding="utf-8"))
     except OSError:
         before = set()
-    text = "\n".join(lines)
-    csv = atomic_write(out_dir / f"{study}.csv", table.to_csv(index=False, float_format="%.6g"))
-    md = atomic_write(out_dir / f"{study}.md", text)
-    # A plot the report it replaces showed and this one does not (it would carry no information now) goes too: a
-    # folder of reports holds no picture that no report shows.
-    for name in before - _plots_in(text):
+    placed = []
+    for path in made:
+        with atomic_writer(out_dir / path.name, binary=True) as f:
+            f.write(path.read_bytes())
+        placed.append(out_dir / path.name)
+    for name in before - _plots_in(made[0].read_text(encoding="utf-8")):
         (out_dir / name).unlink(missing_ok=True)
-    return [md, csv, *plots]
+    return placed
 
 
 def _plots_in(text: str) -> set[str]:

@@ -10,6 +10,7 @@ module and one WRITERS entry.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -19,7 +20,7 @@ from harness import record, tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
-from harness.report.common import _PROVENANCE, declared_table, load_results, report_folder
+from harness.report.common import _PROVENANCE, declared_table, install_files, load_results, report_folder
 from harness.report.evidence import Evidence, changes, holds_less, read_evidence
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
@@ -191,12 +192,15 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
         if refusal:
             raise UserError(refusal)
         out_dir = index_dir / report_folder(results["parent"])
-        out_dir.mkdir(parents=True, exist_ok=True)
         before = out_dir / f"{study}.md"
         old = read_evidence(before.read_text(encoding="utf-8")) if before.is_file() else None
-        files = writer(study, results, uri, out_dir)
+        # Made apart, then put in place: a report that fails half-way (a store gone, a record without what it
+        # reads) leaves the one it would have replaced as it was.
+        with tempfile.TemporaryDirectory(prefix="harness-report-") as tmp:
+            made = writer(study, results, uri, Path(tmp))
+            made.append(record.save(record.record_path(made[0]), reads, study, variant))
+            files = install_files(study, made, out_dir)
     md, csv = files[0], files[1]
-    files = [*files, record.save(record.record_path(md), reads)]
     if say is not None and old is not None:
         changed = changes(old, read_evidence(md.read_text(encoding="utf-8")))
         say(f"{md}: " + ("; ".join(changed) if changed else "the same rows, seeds and verdicts as the report it "
@@ -208,38 +212,42 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
     return [*files, write_index(index_dir)]
 
 
-def report_all(out_dir: Path = Path("reports"), uri: str | None = None, studies: Iterable[str] | None = None,
+def report_all(out_dir: Path = Path("reports"), uri: str | list[str] | None = None,
+               studies: Iterable[str] | None = None,
                profile: str | None = None, variant: str | None = None, replace: bool = False, force: bool = False,
                say: Callable[[str], None] | None = None, publish: bool = True) -> list[Path]:
     """Reports for several studies (default: every study in the store), each of its latest unnamed
     invocation and of its latest invocation of every name (`run --name`; only `variant` where given);
     studies with no runs (of this profile) are skipped, and nothing at all to report is an error. Without
     `replace`, a report that another invocation made is not written over, and without `force` neither is one that
-    rests on more trials or seeds: every report is checked first, so a refusal writes nothing."""
-    uri = uri or tracking.tracking_uri()
-    tracking.require_store(uri)
-    if studies is None:
-        studies = tracking.list_studies(uri)
+    rests on more trials or seeds: every report is checked first, so a refusal writes nothing. `uri` may be a list
+    (several records, `report --record`): all of them are read and checked before anything is written."""
+    uris = [uri] if isinstance(uri, str) or uri is None else list(uri)
+    uris = [u or tracking.tracking_uri() for u in uris]
     todo = []
-    for study in studies:
-        for name in ["", *tracking.variants(uri, study, profile)] if variant is None else [variant]:
-            try:
-                results = load_results(study, uri, profile, name)
-            except UserError as err:
-                if not str(err).startswith(("no runs of", "the latest run of")):
-                    raise
-                continue
-            refusal = _refusal(study, Path(out_dir), results, replace, force)
-            if refusal:
-                raise UserError(refusal)
-            todo.append((study, name))
+    for u in uris:            # every report of every source checked before any is written
+        tracking.require_store(u)
+        for study in tracking.list_studies(u) if studies is None else studies:
+            for name in ["", *tracking.variants(u, study, profile)] if variant is None else [variant]:
+                try:
+                    results = load_results(study, u, profile, name)
+                except UserError as err:
+                    if not str(err).startswith(("no runs of", "the latest run of")):
+                        raise
+                    continue
+                refusal = _refusal(study, Path(out_dir), results, replace, force)
+                if refusal:
+                    raise UserError(refusal)
+                todo.append((u, study, name))
     paths: list[Path] = []
-    for study, name in todo:
-        paths += write_report(study, out_dir, uri, profile, name, replace=True, force=True, say=say, publish=publish)
+    for u, study, name in todo:
+        paths += write_report(study, out_dir, u, profile, name, replace=True, force=True, say=say, publish=publish)
     if not paths:
-        raise UserError(f"no study in {uri} has runs{f' with profile {profile}' if profile else ''}"
+        where = ", ".join(uris)
+        raise UserError(f"no study in {where} has runs{f' with profile {profile}' if profile else ''}"
                         f"{f' named {variant}' if variant else ''}; "
-                        "run `python -m harness run studies/NAME.yaml` first.")
+                        + ("these records hold other invocations." if all(map(tracking.is_record, uris)) else
+                           "run `python -m harness run studies/NAME.yaml` first."))
     return list(dict.fromkeys(paths))   # the index is rewritten after each study: list it once
 
 
@@ -253,6 +261,10 @@ def compare_reports(fresh: Path, committed: Path, paths: Iterable[Path]) -> list
         if rel.name == "README.md":           # the index lists what is in the folder, so a temporary one differs
             continue
         there = committed / rel
+        if path.name.endswith(record.SUFFIX):     # a report made before records existed has none: not stale
+            if there.is_file() and not record.same(path, there):
+                out.append(f"{there}: differs (what its report read)")
+            continue
         if not there.is_file():
             out.append(f"{there}: absent (the regenerated report has it)")
         elif there.read_bytes() != path.read_bytes():
