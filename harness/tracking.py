@@ -205,6 +205,10 @@ def _unreachable(err: BaseException) -> bool:
                                    "timed out", "database is locked", "Failed to establish"))
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 class TrialRun:
     """A worker's child run, reopened (not duplicated) when the same trial runs again after a resume or retry.
 
@@ -247,15 +251,25 @@ class TrialRun:
         self.seconds += time.perf_counter() - t0
 
     def backfill(self, metrics_jsonl: Path) -> int:
-        """Send the rows of an earlier attempt's metrics.jsonl that never reached the store (it was down
-        when that attempt died). Returns how many rows were queued."""
+        """Send what an earlier attempt's metrics.jsonl holds and the store does not: its rows that never reached
+        the store (it was down, or the attempt was killed with rows still in its buffer). Training rows and dev
+        evaluations alike, each metric at each step once: an evaluation is not repeated on resume when the
+        checkpoint resumed from was written after it. Returns how many rows were queued, whole or in part."""
         import json
         rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
             if metrics_jsonl.exists() else []
-        missing = [r for r in rows if r.get("step", -1) > self.logged_through and "train_loss" in r]
-        for r in missing:
-            self.log_step(r["step"], {k: v for k, v in r.items() if k != "step"})
-        return len(missing)
+        keys = sorted({k for r in rows for k, v in r.items() if k != "step" and _number(v)})
+        held = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in keys}
+        queued = 0
+        for r in rows:
+            step = r.get("step", -1)
+            missing = {k: v for k, v in r.items() if k in held and _number(v) and step not in held[k]}
+            if missing:
+                self._add(step, missing)
+                queued += 1
+            if "train_loss" in r:
+                self.logged_through = max(self.logged_through, step)
+        return queued
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
         """Per-step training metrics; steps the run already holds are not sent twice."""
@@ -267,8 +281,7 @@ class TrialRun:
 
     def _add(self, step: int, metrics: dict[str, Any]) -> None:
         now = int(time.time() * 1000)
-        self.buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items()
-                           if isinstance(v, (int, float)) and not isinstance(v, bool))
+        self.buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items() if _number(v))
         if len(self.buffer) >= 500 or time.perf_counter() - self.last_flush >= self.flush_every_s:
             self.flush()
 

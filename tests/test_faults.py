@@ -276,3 +276,40 @@ def test_bad_tracking_uri_or_ray_address(env, argv, needle, tmp_path):
     assert not (tmp_path / "runs").exists()
     if argv:     # the address is checked before anything is created
         assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_killed_attempts_unsent_evaluation_reaches_the_store_on_resume(tmp_path):
+    """A trial killed with rows still in its buffer (Ray's watchdog killing a stopped worker, a session's end) and
+    resumed from a checkpoint written after its last dev evaluation never evaluates that step again: the row is
+    only in its metrics.jsonl. The reopened run sends it, as it sends the training rows, and nothing twice."""
+    import json as _json
+
+    from mlflow import MlflowClient
+
+    from harness.tracking import TrialRun
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("x")
+    parent = client.create_run(exp).info.run_id
+    rows = [{"step": s, "train_loss": 5.0 - s / 100, "lr": 1e-3} for s in (10, 20, 30, 40)]
+    evals = [{"step": 20, "dev_ppl": 30.0, "curve_bleu": 5.0}, {"step": 40, "dev_ppl": 25.0, "curve_bleu": 7.0}]
+    first = TrialRun(uri, exp, parent, "base-s0", {}, {})
+    for r in (rows[0], rows[1], evals[0], rows[2]):
+        first.log_step(r["step"], {k: v for k, v in r.items() if k != "step"})
+    first.flush()
+    for r in (rows[3], evals[1]):          # logged, never flushed: the attempt dies here
+        first.log_step(r["step"], {k: v for k, v in r.items() if k != "step"})
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text("".join(_json.dumps(r) + "\n" for r in (*rows[:2], evals[0], rows[2], rows[3], evals[1])))
+    again = TrialRun(uri, exp, parent, "base-s0", {}, {})
+    assert again.reopened and again.logged_through == 30
+    assert again.backfill(jsonl) == 2 and again.logged_through == 40
+    again.flush()
+
+    def steps(key):
+        return sorted(m.step for m in client.get_metric_history(again.run_id, key))
+    assert steps("dev_ppl") == [20, 40] and steps("curve_bleu") == [20, 40]
+    assert steps("train_loss") == [10, 20, 30, 40] and steps("lr") == [10, 20, 30, 40]
+    again.log_step(40, {"train_loss": 4.6})       # a step the store now holds is not sent twice
+    again.flush()
+    assert steps("train_loss") == [10, 20, 30, 40]
