@@ -619,6 +619,9 @@ def test_a_report_regenerates_from_its_record_byte_for_byte_without_the_store(re
     made = {p.relative_to(out) for p in out.rglob("*") if p.is_file()}
     assert made == {p.relative_to(again) for p in again.rglob("*") if p.is_file()}
     assert len(made) >= 8 and any(p.suffix == ".png" for p in made)
+    index = (again / "README.md").read_text(encoding="utf-8")      # the index links each report's record
+    assert "([csv](table3.csv), [record](table3.record.json.gz))" in index
+    assert "[record](corpus2/modern.record.json.gz)" in index
     assert all((out / p).read_bytes() == (again / p).read_bytes() for p in made)   # the record itself too
     # --check against the reports made from the store: they agree; a line edited by hand is found
     assert main(["report", "--record", *map(str, records), "--out", str(out), "--check"]) == 0
