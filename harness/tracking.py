@@ -122,6 +122,17 @@ class StudyTracking:
     def children(self, parent_id: str) -> list:
         return list(self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)}"))
 
+    def backfill_finished(self, run_id: str, metrics_jsonl: Path) -> int:
+        """A finished trial's rows its run lacks (`missing_rows`: an attempt killed with them unsent and resumed
+        past them, by code that sent only training rows), sent from its metrics.jsonl; its status, end time and
+        tags stay as they were. Returns how many rows were sent."""
+        missing, _ = missing_rows(self.client, run_id, metrics_jsonl)
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for step, row in missing for k, v in row.items()]
+        for i in range(0, len(metrics), 1000):          # MLflow takes at most 1000 metrics a batch
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        return len(missing)
+
     def supersede(self, run_id: str, why: str) -> None:
         """A trial's child run whose settings no longer match its row: tagged `superseded` with why, then deleted
         (MLflow's soft delete: reports and --resume no longer see it; the UI's deleted runs still hold it)."""
@@ -209,6 +220,24 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def missing_rows(client, run_id: str, metrics_jsonl: Path) -> tuple[list[tuple[int, dict]], int]:
+    """What a trial's metrics.jsonl holds and its child run does not: the rows that never reached the store (it was
+    down, or an attempt was killed with rows still in its buffer), training rows and dev evaluations alike, each
+    metric at each step once (an evaluation is not repeated on resume when the checkpoint resumed from was written
+    after it). Returns [(step, {metric: value})] and the last training step the file holds (-1: none)."""
+    rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
+        if metrics_jsonl.exists() else []
+    keys = sorted({k for r in rows for k, v in r.items() if k != "step" and _number(v)})
+    held = {k: {m.step for m in client.get_metric_history(run_id, k)} for k in keys}
+    missing = []
+    for r in rows:
+        step = r.get("step", -1)
+        lacking = {k: v for k, v in r.items() if k in held and _number(v) and step not in held[k]}
+        if lacking:
+            missing.append((step, lacking))
+    return missing, max((r.get("step", -1) for r in rows if "train_loss" in r), default=-1)
+
+
 class TrialRun:
     """A worker's child run, reopened (not duplicated) when the same trial runs again after a resume or retry.
 
@@ -251,25 +280,13 @@ class TrialRun:
         self.seconds += time.perf_counter() - t0
 
     def backfill(self, metrics_jsonl: Path) -> int:
-        """Send what an earlier attempt's metrics.jsonl holds and the store does not: its rows that never reached
-        the store (it was down, or the attempt was killed with rows still in its buffer). Training rows and dev
-        evaluations alike, each metric at each step once: an evaluation is not repeated on resume when the
-        checkpoint resumed from was written after it. Returns how many rows were queued, whole or in part."""
-        import json
-        rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
-            if metrics_jsonl.exists() else []
-        keys = sorted({k for r in rows for k, v in r.items() if k != "step" and _number(v)})
-        held = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in keys}
-        queued = 0
-        for r in rows:
-            step = r.get("step", -1)
-            missing = {k: v for k, v in r.items() if k in held and _number(v) and step not in held[k]}
-            if missing:
-                self._add(step, missing)
-                queued += 1
-            if "train_loss" in r:
-                self.logged_through = max(self.logged_through, step)
-        return queued
+        """Send what an earlier attempt's metrics.jsonl holds and the store does not (`missing_rows`). Returns how
+        many rows were queued, whole or in part."""
+        missing, last_train = missing_rows(self.client, self.run_id, metrics_jsonl)
+        for step, metrics in missing:
+            self._add(step, metrics)
+        self.logged_through = max(self.logged_through, last_train)
+        return len(missing)
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
         """Per-step training metrics; steps the run already holds are not sent twice."""

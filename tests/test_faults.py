@@ -313,3 +313,35 @@ def test_a_killed_attempts_unsent_evaluation_reaches_the_store_on_resume(tmp_pat
     again.log_step(40, {"train_loss": 4.6})       # a step the store now holds is not sent twice
     again.flush()
     assert steps("train_loss") == [10, 20, 30, 40]
+
+
+def test_resume_sends_a_finished_trials_rows_its_run_lacks(tmp_path, capsys):
+    """A trial finished by code that re-sent training rows only keeps the gap an earlier kill left: --resume sends
+    what its metrics.jsonl holds and its run does not, and leaves its status, end time and tags as they were."""
+    import json as _json
+
+    from mlflow.entities import Metric
+
+    from harness.study.runner import _backfill_finished
+    from harness.tracking import StudyTracking
+    tracking = StudyTracking(f"sqlite:///{tmp_path / 'm.db'}", "table2")
+    client = tracking.client
+    parent = client.create_run(tracking.experiment_id, tags={"kind": "study", "run_dir": str(tmp_path / "runs")})
+    child = client.create_run(tracking.experiment_id, tags={"mlflow.parentRunId": parent.info.run_id,
+                                                            "trial_key": "big_enfr-s0"}).info.run_id
+    client.log_batch(child, metrics=[Metric("dev_ppl", v, 0, s) for s, v in ((2750, 3.51), (3250, 3.50))])
+    client.set_terminated(child, "FINISHED")
+    before = client.get_run(child)
+    folder = tmp_path / "runs" / "big_enfr-s0"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(_json.dumps({"step": s, "dev_ppl": v}) + "\n"
+                                                  for s, v in ((2750, 3.51), (3000, 3.446), (3250, 3.50))))
+    _backfill_finished(tracking, client.get_run(parent.info.run_id))
+    assert "big_enfr-s0: 1 row(s) of its metrics.jsonl that its MLflow run lacked sent" in capsys.readouterr().out
+    hist = sorted((m.step, m.value) for m in client.get_metric_history(child, "dev_ppl"))
+    assert hist == [(2750, 3.51), (3000, 3.446), (3250, 3.50)]
+    after = client.get_run(child)
+    assert (after.info.status, after.info.end_time, after.data.tags) == \
+        (before.info.status, before.info.end_time, before.data.tags)
+    _backfill_finished(tracking, client.get_run(parent.info.run_id))       # nothing twice
+    assert capsys.readouterr().out == "" and len(client.get_metric_history(child, "dev_ppl")) == 3

@@ -278,6 +278,8 @@ def run_study(request: StudyRequest) -> int:
     tracking = StudyTracking(uri, study.name)
     name = args.name
     parent = tracking.latest_parent(study.profile, study.version, name) if args.resume else None
+    if parent is not None:
+        _backfill_finished(tracking, parent)
     todo = _todo(tracking, study, parent, args.resume)
     if not todo:
         _summary(tracking, parent.info.run_id, study)
@@ -340,6 +342,20 @@ def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[T
         print(f"{study.path}: all {len(study.trials)} trials of profile {study.profile} already finished "
               f"(MLflow run {parent.info.run_id}); nothing to run.")
     return todo
+
+
+def _backfill_finished(tracking: StudyTracking, parent) -> None:
+    """--resume: each finished trial's rows that its MLflow run lacks are sent from its metrics.jsonl (an attempt
+    killed with a dev evaluation unsent, and resumed past it by code that re-sent training rows only)."""
+    run_dir = Path(parent.data.tags.get("run_dir", ""))
+    for child in tracking.children(parent.info.run_id):
+        key = child.data.tags.get("trial_key", "")
+        jsonl = run_dir / key / "metrics.jsonl"
+        if child.info.status != "FINISHED" or not key or not jsonl.is_file():
+            continue
+        sent = tracking.backfill_finished(child.info.run_id, jsonl)
+        if sent:
+            print(f"{key}: {sent} row(s) of its metrics.jsonl that its MLflow run lacked sent")
 
 
 def _live_worker(folder: Path) -> int | None:
