@@ -172,7 +172,8 @@ EXPECTED = {"table1": {"time_vs_n", "time_vs_d", "path_length"}, "table2": {"ble
 def test_files_header_and_index(reports, study):
     out, paths, ids = reports
     names = {p.name for p in paths[study]}
-    assert names == {f"{study}.md", f"{study}.csv", "README.md", *(f"{study}_{k}.png" for k in EXPECTED[study])}
+    assert names == {f"{study}.md", f"{study}.csv", f"{study}.record.json.gz", "README.md",
+                     *(f"{study}_{k}.png" for k in EXPECTED[study])}
     assert not list(out.glob(".*.tmp"))
     for kind in EXPECTED[study]:
         png = out / f"{study}_{kind}.png"
