@@ -126,7 +126,7 @@ class StudyTracking:
         """A finished trial's rows its run lacks (`missing_rows`: an attempt killed with them unsent and resumed
         past them, by code that sent only training rows), sent from its metrics.jsonl; its status, end time and
         tags stay as they were. Returns how many rows were sent."""
-        missing, _ = missing_rows(self.client, run_id, metrics_jsonl)
+        missing = missing_rows(self.client, run_id, metrics_jsonl)[0]
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, step) for step, row in missing for k, v in row.items()]
         for i in range(0, len(metrics), 1000):          # MLflow takes at most 1000 metrics a batch
@@ -220,11 +220,11 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def missing_rows(client, run_id: str, metrics_jsonl: Path) -> tuple[list[tuple[int, dict]], int]:
+def missing_rows(client, run_id: str, metrics_jsonl: Path) -> tuple[list[tuple[int, dict]], dict[str, set[int]]]:
     """What a trial's metrics.jsonl holds and its child run does not: the rows that never reached the store (it was
-    down, or an attempt was killed with rows still in its buffer), training rows and dev evaluations alike, each
-    metric at each step once (an evaluation is not repeated on resume when the checkpoint resumed from was written
-    after it). Returns [(step, {metric: value})] and the last training step the file holds (-1: none)."""
+    down, or an attempt was killed with rows still in its buffer), training rows and dev evaluations alike (an
+    evaluation is not repeated on resume when the checkpoint resumed from was written after it), each metric at each
+    step once. Returns [(step, {metric: value})] and, by metric, the steps the run holds once those are sent."""
     rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()] \
         if metrics_jsonl.exists() else []
     keys = sorted({k for r in rows for k, v in r.items() if k != "step" and _number(v)})
@@ -233,9 +233,11 @@ def missing_rows(client, run_id: str, metrics_jsonl: Path) -> tuple[list[tuple[i
     for r in rows:
         step = r.get("step", -1)
         lacking = {k: v for k, v in r.items() if k in held and _number(v) and step not in held[k]}
+        for k in lacking:           # a row the file holds twice (a run resumed at step 0 records step 0 again)
+            held[k].add(step)
         if lacking:
             missing.append((step, lacking))
-    return missing, max((r.get("step", -1) for r in rows if "train_loss" in r), default=-1)
+    return missing, held
 
 
 class TrialRun:
@@ -258,6 +260,7 @@ class TrialRun:
         found = self.client.search_runs(
             [experiment_id], f"tags.mlflow.parentRunId = {_quote(parent_id)} and tags.trial_key = {_quote(trial_key)}")
         self.logged_through = -1          # last training step this run already holds
+        self.held: dict[str, set[int]] = {}     # by metric, the steps a reopened run holds (`backfill`)
         if found:
             self.run_id = found[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
@@ -280,21 +283,28 @@ class TrialRun:
         self.seconds += time.perf_counter() - t0
 
     def backfill(self, metrics_jsonl: Path) -> int:
-        """Send what an earlier attempt's metrics.jsonl holds and the store does not (`missing_rows`). Returns how
-        many rows were queued, whole or in part."""
-        missing, last_train = missing_rows(self.client, self.run_id, metrics_jsonl)
+        """Send what an earlier attempt's metrics.jsonl holds and the store does not (`missing_rows`), and remember
+        every metric and step the run then holds: the steps recomputed after the checkpoint resumed from, whose
+        rows the file held too, are not sent again (dev evaluations included). Returns how many rows were queued,
+        whole or in part."""
+        t0 = time.perf_counter()
+        missing, self.held = missing_rows(self.client, self.run_id, metrics_jsonl)
+        self.seconds += time.perf_counter() - t0
         for step, metrics in missing:
             self._add(step, metrics)
-        self.logged_through = max(self.logged_through, last_train)
+        self.logged_through = max([self.logged_through, *self.held.get("train_loss", ())])
         return len(missing)
 
     def log_step(self, step: int, metrics: dict[str, float]) -> None:
-        """Per-step training metrics; steps the run already holds are not sent twice."""
+        """Per-step training metrics and dev evaluations; what the run already holds is not sent twice (training
+        steps up to the last it holds; any metric at a step `backfill` found held or sent)."""
         if "train_loss" in metrics and step <= self.logged_through:
             return
         if "train_loss" in metrics:
             self.logged_through = step
-        self._add(step, metrics)
+        metrics = {k: v for k, v in metrics.items() if step not in self.held.get(k, ())}
+        if metrics:
+            self._add(step, metrics)
 
     def _add(self, step: int, metrics: dict[str, Any]) -> None:
         now = int(time.time() * 1000)

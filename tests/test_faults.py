@@ -310,9 +310,34 @@ def test_a_killed_attempts_unsent_evaluation_reaches_the_store_on_resume(tmp_pat
         return sorted(m.step for m in client.get_metric_history(again.run_id, key))
     assert steps("dev_ppl") == [20, 40] and steps("curve_bleu") == [20, 40]
     assert steps("train_loss") == [10, 20, 30, 40] and steps("lr") == [10, 20, 30, 40]
-    again.log_step(40, {"train_loss": 4.6})       # a step the store now holds is not sent twice
+    # training goes on from the checkpoint at step 20: the steps it recomputes, evaluation included, are held now
+    for r in (rows[2], rows[3], evals[1]):
+        again.log_step(r["step"], {k: v for k, v in r.items() if k != "step"})
+    again.log_step(50, {"dev_ppl": 24.0})          # a new evaluation is sent
     again.flush()
-    assert steps("train_loss") == [10, 20, 30, 40]
+    assert steps("train_loss") == [10, 20, 30, 40] and steps("dev_ppl") == [20, 40, 50]
+    assert steps("curve_bleu") == [20, 40]          # each metric at each step once
+
+
+def test_a_row_the_metrics_file_holds_twice_is_sent_once(tmp_path):
+    """A run resumed at step 0 (killed before its first checkpoint) records its step-0 evaluation again."""
+    import json as _json
+
+    from mlflow import MlflowClient
+
+    from harness.tracking import TrialRun
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("x")
+    parent = client.create_run(exp).info.run_id
+    TrialRun(uri, exp, parent, "base-s0", {}, {})          # the first attempt, killed before sending anything
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text(2 * (_json.dumps({"step": 0, "dev_ppl": 99.0}) + "\n"))
+    again = TrialRun(uri, exp, parent, "base-s0", {}, {})
+    assert again.backfill(jsonl) == 1
+    again.log_step(0, {"dev_ppl": 99.0})                   # recorded at initialisation again: held
+    again.flush()
+    assert [(m.step, m.value) for m in client.get_metric_history(again.run_id, "dev_ppl")] == [(0, 99.0)]
 
 
 def test_resume_sends_a_finished_trials_rows_its_run_lacks(tmp_path, capsys):
@@ -345,3 +370,8 @@ def test_resume_sends_a_finished_trials_rows_its_run_lacks(tmp_path, capsys):
         (before.info.status, before.info.end_time, before.data.tags)
     _backfill_finished(tracking, client.get_run(parent.info.run_id))       # nothing twice
     assert capsys.readouterr().out == "" and len(client.get_metric_history(child, "dev_ppl")) == 3
+    with (folder / "metrics.jsonl").open("a") as f:          # an unreadable row: said, and --resume goes on
+        f.write("{not json\n")
+    _backfill_finished(tracking, client.get_run(parent.info.run_id))
+    said = capsys.readouterr().out
+    assert "big_enfr-s0: its metrics.jsonl's rows could not be checked against its MLflow run (JSONDecodeError" in said

@@ -353,7 +353,12 @@ def _backfill_finished(tracking: StudyTracking, parent) -> None:
         jsonl = run_dir / key / "metrics.jsonl"
         if child.info.status != "FINISHED" or not key or not jsonl.is_file():
             continue
-        sent = tracking.backfill_finished(child.info.run_id, jsonl)
+        try:
+            sent = tracking.backfill_finished(child.info.run_id, jsonl)
+        except Exception as err:  # noqa: BLE001 - best effort: an unreadable row or a refusing store must not stop --resume
+            print(f"{key}: its metrics.jsonl's rows could not be checked against its MLflow run "
+                  f"({type(err).__name__}: {str(err)[:160]}); the study goes on")
+            continue
         if sent:
             print(f"{key}: {sent} row(s) of its metrics.jsonl that its MLflow run lacked sent")
 
