@@ -59,7 +59,7 @@ class Record:
 
     def results(self) -> dict:
         """study_results' dict as the report first read it (a copy: the report may add columns)."""
-        return {"parent": copy.deepcopy(self.reads.results["parent"]), "runs": self.reads.results["runs"].copy()}
+        return copied(self.reads.results)
 
     def matches(self, study: str, profile: str | None, variant: str) -> bool:
         return study == self.study and profile in (None, self.profile) and variant == self.variant
@@ -79,6 +79,11 @@ class Record:
     def _missing(self, what: str) -> str:
         return (f"the record {self.path} holds no {what}: the report that wrote it did not read it, so this one "
                 "can only be made from the study's MLflow store (MLFLOW_TRACKING_URI).")
+
+
+def copied(results: dict) -> dict:
+    """A study_results dict that no later change to the one given reaches (its parent deep-copied, its table too)."""
+    return {"parent": copy.deepcopy(results["parent"]), "runs": results["runs"].copy()}
 
 
 def record_path(report_md: Path) -> Path:

@@ -404,7 +404,7 @@ def study_results(uri: str, study: str, profile: str | None = None, variant: str
     else:
         results = _study_results(uri, study, profile, variant)
     if results is not None and _RECORDING and _RECORDING[-1].results is None:
-        _RECORDING[-1].results = {"parent": copy.deepcopy(results["parent"]), "runs": results["runs"].copy()}
+        _RECORDING[-1].results = record.copied(results)
     return results
 
 
