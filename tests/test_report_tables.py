@@ -490,39 +490,58 @@ def test_a_log_axis_of_flops_is_labelled_at_1_2_and_5_of_each_decade():
     assert coefficients == {1}
 
 
-def test_a_column_of_labels_stays_inside_the_plot():
-    """Table 3's 20 rows of about 0.54 M parameters: stacked a gap apart from the top, their labels ran below the
-    lowest point and off the plot; they are spread from the top label down to the lowest point instead."""
-    from harness.report.rows import label_heights
-    assert label_heights([80.0, 50.0, 30.0], 3.0, 30.0) == [80.0, 50.0, 30.0]          # room: each at its value
-    assert label_heights([80.0, 79.5, 79.0], 3.0, 30.0) == [80.0, 77.0, 74.0]          # a gap apart
-    crowded = label_heights([82.0] * 19 + [35.0], 3.5, 35.0)
-    assert crowded[0] == 82.0 and crowded[-1] == pytest.approx(35.0) and min(crowded) >= 35.0 - 1e-9
-    assert all(a - b == pytest.approx((82.0 - 35.0) / 19) for a, b in zip(crowded, crowded[1:]))
-    # The depth study's 6-layer column: two labels near the top, two at the bottom. Only the bottom pair moves (it
-    # was spread over the whole height, pre6_nowarmup's label 23 BLEU below its point).
-    assert label_heights([83.0, 78.0, 1.5, 0.0], 4.5, 0.0) == [83.0, 78.0, 4.5, 0.0]
+# Table 3's tiny rows (params M, dev BLEU, its spread over seeds), as reports/table3.md gave them: twelve rows of the
+# base's 0.542 M parameters, six of them within 2.3 BLEU of each other, and big far right.
+_TABLE3_POINTS = {"C4": (0.235, 61.5, 6.0), "C1": (0.309, 75.0, 1.0), "C2": (0.425, 82.2, 1.3),
+                  "C6": (0.443, 80.8, 1.5), "B1": (0.486, 69.5, 1.2), "B2": (0.505, 79.4, 1.0),
+                  "A3": (0.542, 80.0, 1.1), "base": (0.542, 81.6, 1.4), "A4": (0.542, 76.1, 0.6),
+                  "A1": (0.542, 80.7, 1.3), "A2": (0.542, 82.3, 1.1), "D1": (0.542, 54.3, 1.5),
+                  "D2": (0.542, 62.6, 1.2), "P0": (0.542, 35.5, 3.2), "D4": (0.542, 80.8, 1.0),
+                  "D3": (0.542, 81.6, 1.5), "Dbase": (0.542, 63.4, 0.6), "E": (0.559, 80.1, 0.8),
+                  "C3": (0.659, 74.5, 1.5), "C7": (0.740, 83.0, 0.5), "C5": (1.378, 87.2, 0.5),
+                  "big": (1.773, 91.2, 0.6)}
 
 
-def test_names_right_of_the_rightmost_points_end_inside_the_axes():
-    """Table 3's 'big', the rightmost point, had its name written over the plot's frame."""
+def test_row_names_do_not_overlap_stay_inside_the_axes_and_keep_their_points_order():
+    """Table 3's bleu_vs_params plot wrote its 20 names in one column joined to their points by lines that crossed
+    each other, and 'big' over the frame. place_labels writes a name beside its point where it fits, and the
+    crowded rest in a column whose order is their points' order top to bottom."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
-    from harness.report.common import room_right
+    from harness.report.common import place_labels
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
-    ax.plot([0.2, 1.77], [60.0, 91.0], "o")
-    texts = [ax.annotate(name, (1.77, 91.0), xytext=(1.8, y), fontsize=8) for name, y in
-             (("big", 91.0), ("a_much_longer_row_name", 80.0))]
+    names = list(_TABLE3_POINTS)
+    xs, ys, errs = (list(v) for v in zip(*_TABLE3_POINTS.values()))
+    ax.errorbar(xs, ys, yerr=errs, fmt="o")
+    ax.set_xlim(0.15, 2.05)
+    texts = place_labels(ax, names, xs, ys, errs)
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw_without_rendering()
-    assert max(t.get_window_extent(renderer).x1 for t in texts) > ax.get_window_extent(renderer).x1   # over the frame
-    lo = ax.get_xlim()[0]
-    room_right(ax, texts)
-    fig.draw_without_rendering()
-    assert max(t.get_window_extent(renderer).x1 for t in texts) <= ax.get_window_extent(renderer).x1
-    assert ax.get_xlim()[0] == lo and [t.xyann for t in texts] == [(1.8, 91.0), (1.8, 80.0)]     # kept in place
+    frame = ax.get_window_extent(renderer)
+    boxes = {t.get_text(): Text.get_window_extent(t, renderer) for t in texts}   # the name's box, not its line's
+    assert sorted(boxes) == sorted(names)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes.values())
+    assert not [(a, b) for a in names for b in names if a < b and boxes[a].overlaps(boxes[b])]
+    beside = {t.get_text() for t in texts if t.arrow_patch is None}
+    moved = [t.get_text() for t in texts if t.arrow_patch is not None]
+    assert {"big", "C5", "C7", "P0", "D1", "C4", "C1", "B1"} <= beside   # room beside them: no line
+    assert 2 <= len(moved) <= 10                                           # the crowded run at about 81 BLEU only
+    by_point = sorted(moved, key=lambda n: -_TABLE3_POINTS[n][1])
+    by_label = sorted(moved, key=lambda n: -boxes[n].y0)
+    assert by_point == by_label                                           # their lines do not cross
+    px = ax.transData.transform((_TABLE3_POINTS["big"][0], _TABLE3_POINTS["big"][1]))
+    assert abs((boxes["big"].y0 + boxes["big"].y1) / 2 - px[1]) < 1                                # at its height
+
+
+def test_a_column_of_names_moves_up_from_the_floor_but_not_past_the_ceiling():
+    from harness.report.common import label_stack
+    assert label_stack([80.0, 50.0, 30.0], 3.0, 0.0, 100.0) == [80.0, 50.0, 30.0]       # room: each at its point
+    assert label_stack([80.0, 79.5, 79.0], 3.0, 0.0, 100.0) == [80.0, 77.0, 74.0]       # a gap apart
+    assert label_stack([10.0, 9.0, 8.0], 4.0, 5.0, 100.0) == [13.0, 9.0, 5.0]          # lifted off the floor
+    assert label_stack([99.0, 98.0], 4.0, 0.0, 97.0) == [97.0, 93.0]                   # held under the ceiling
 
 
 def test_a_study_without_a_base_row_tells_each_rows_settings_against_its_first_row():

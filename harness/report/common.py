@@ -158,22 +158,86 @@ def separate_labels(fig: Figure, labels: list, tries: int = 6) -> None:
         placed.append(box)
 
 
-def room_right(ax, texts: list, pad_px: float = 4.0) -> None:
-    """Widen a linear x axis on the right so that every text written right of its point (a row's name beside the
-    rightmost point) ends inside the axes, where it ran over the frame; the texts keep their data positions."""
+def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: list[float] | None = None,
+                 fontsize: float = 8) -> list:
+    """Write each name beside its point (x, y in data units, with its error bar's half-height in `errs`): right of
+    it where that box is free, else left of it. A box is free where it overlaps no name written before it, no
+    marker or error bar and nothing outside the axes; names go in from the highest point down. The names that fit
+    nowhere beside their points (a run of rows of one size and close scores) go in a column right of everything
+    drawn at their heights, top to bottom in their points' order, each joined to its point by a thin line, so the
+    lines do not cross. The axes' limits must be final (set them first): positions are worked out in pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    if not texts or ax.get_xscale() != "linear":
-        return
+    from matplotlib.transforms import Bbox
     renderer = FigureCanvasAgg(ax.figure).get_renderer()
     ax.figure.draw_without_rendering()
-    frame, (lo, hi) = ax.get_window_extent(renderer), ax.get_xlim()
-    right = hi
-    for t in texts:
-        box = t.get_window_extent(renderer)
-        start = ax.transData.inverted().transform((box.x0, box.y0))[0]
-        if box.width + pad_px < frame.width:      # start at the same fraction of a range that leaves room for it
-            right = max(right, lo + (start - lo) * frame.width / (frame.width - box.width - pad_px))
-    ax.set_xlim(lo, right)
+    frame, to_px = ax.get_window_extent(renderer), ax.transData.transform
+    errs = errs or [0.0] * len(names)
+    pts = [tuple(to_px((x, y))) for x, y in zip(xs, ys)]
+    r = fontsize * ax.figure.dpi / 72 * 0.45                      # a marker's half-width, about a letter's
+    taken = []
+    for (x, y), e, (px, py) in zip(zip(xs, ys), errs, pts):
+        top, bottom = to_px((x, y + e))[1], to_px((x, y - e))[1]
+        taken.append(Bbox.from_extents(px - r, min(bottom, py - r), px + r, max(top, py + r)))
+    sizes = []
+    for name in names:
+        box = ax.text(0, 0, name, fontsize=fontsize)
+        extent = box.get_window_extent(renderer)
+        sizes.append((extent.width, extent.height))
+        box.remove()
+
+    def free(box) -> bool:
+        return (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                and not any(box.overlaps(b) for b in taken))
+    spots, rest = {}, []
+    for i in sorted(range(len(names)), key=lambda i: (-pts[i][1], pts[i][0])):
+        (w, h), (px, py) = sizes[i], pts[i]
+        box = next((b for b in (Bbox.from_bounds(px + r + 2, py - h / 2, w, h),
+                                Bbox.from_bounds(px - r - 2 - w, py - h / 2, w, h)) if free(b)), None)
+        if box is None:
+            rest.append(i)
+        else:
+            spots[i] = box
+            taken.append(box)
+    if rest:
+        spots.update(label_column(rest, [sizes[i] for i in rest], [pts[i] for i in rest], frame, free, 3 * r))
+    inv, texts = ax.transData.inverted(), []
+    for i, box in sorted(spots.items()):
+        at = tuple(inv.transform((box.x0, (box.y0 + box.y1) / 2)))
+        texts.append(ax.annotate(names[i], (xs[i], ys[i]), xytext=at, fontsize=fontsize, va="center",
+                                 arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0,
+                                             "shrinkB": 2} if i in rest else None))
+    return texts
+
+
+def label_column(rest: list[int], sizes: list[tuple[float, float]], pts: list[tuple[float, float]], frame, free,
+                 lead: float) -> dict:
+    """Boxes (pixels) for the names `rest` in one column: at the first x, from `lead` right of their rightmost point
+    on, where every name of the column is free (`free`) at its stacked height (label_stack); where no x is, the
+    first x with its names' overlaps allowed."""
+    from matplotlib.transforms import Bbox
+    h, w = max(s[1] for s in sizes), max(s[0] for s in sizes)
+    heights = label_stack([p[1] for p in pts], h, frame.y0 + h / 2, frame.y1 - h / 2)
+    start = max(p[0] for p in pts) + lead
+    column = lambda x: {i: Bbox.from_bounds(x, y - h / 2, sz[0], h)  # noqa: E731
+                        for i, y, sz in zip(rest, heights, sizes)}
+    x = start
+    while x + w <= frame.x1:
+        if all(free(b) for b in column(x).values()):
+            return column(x)
+        x += lead / 3
+    return column(min(start, frame.x1 - w))
+
+
+def label_stack(ys: list[float], gap: float, floor: float, ceiling: float) -> list[float]:
+    """Heights (pixels, up) for a column of labels whose points are at `ys`, sorted high to low: each at its
+    point's height or `gap` below the label above it, the column moved up as a whole where it would run below
+    `floor`, but never above `ceiling`."""
+    heights, y = [], float("inf")
+    for v in ys:
+        y = min(v, ceiling, y - gap)
+        heights.append(y)
+    lift = max(0.0, floor - heights[-1])
+    return [min(y + lift, ceiling - i * gap) for i, y in enumerate(heights)]
 
 
 def num(x, fmt: str = "{:.2f}") -> str:

@@ -29,12 +29,12 @@ from harness.report.common import (
     md_table,
     measurement_sections,
     num,
+    place_labels,
     plain_log_labels,
     plot_learning_curves,
     plot_title,
     pm,
     regime_note,
-    room_right,
     row_diagnostics,
     row_groups,
     row_order,
@@ -125,57 +125,25 @@ def changes(table: pd.DataFrame, shown_columns: dict[str, str]) -> list[str]:
             for params in table["_params"]]
 
 
-def label_heights(values: list[float], gap: float, floor: float) -> list[float]:
-    """Heights for the labels of values sorted high to low: each at its value, or `gap` below the label above it.
-    A column that would run below `floor` (the lowest point: below it the labels leave the plot) is pushed up from
-    the floor where it fits under its top value, and otherwise spread evenly from its top label down to the floor,
-    as far apart as the space allows."""
-    heights, y = [], float("inf")
-    for v in values:
-        y = min(v, y - gap)
-        heights.append(y)
-    if len(heights) < 2 or heights[-1] >= floor:
-        return heights
-    # Below the floor: raise the lowest labels, each a gap above the one under it, as little as that takes, so
-    # that labels above a crowded bottom stay at their points (depth's pre6 and pre6_nowarmup at 83 and 78 kept
-    # their heights while post6 and post6_nowarmup sat at 1.5 and 0); only a column too tall for that is spread.
-    raised = [max(heights[-1], floor)]
-    for h in reversed(heights[:-1]):
-        raised.append(max(h, raised[-1] + gap))
-    raised.reverse()
-    if raised[0] <= values[0]:
-        return raised
-    step = (heights[0] - floor) / (len(heights) - 1)
-    return [heights[0] - i * step for i in range(len(heights))]
-
-
 def plot_bleu_vs_params(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
-    """Dev BLEU against parameters, one point a row, labels staggered so that rows of one size do not pile up;
-    None (not drawn) where the rows' sizes hardly differ (within 5 %, e.g. only a position embedding apart) or
-    fewer than two rows finished: such a plot would say nothing."""
+    """Dev BLEU against parameters, one point a row, each named beside it or, where rows crowd, in a column joined
+    to it by a line (place_labels); None (not drawn) where the rows' sizes hardly differ (within 5 %, e.g. only a
+    position embedding apart) or fewer than two rows finished: such a plot would say nothing."""
     ok = table.dropna(subset=["params_M", "bleu_mean"])
     if len(ok) < 2 or ok["params_M"].max() <= 1.05 * ok["params_M"].min():
         return None
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
     ax.errorbar(ok["params_M"], ok["bleu_mean"], yerr=ok["bleu_std"].fillna(0), fmt="o", capsize=3)
-    # Rows of one size, or of sizes closer than a label's width on the axis, form a cluster: its labels go in one
-    # column right of its rightmost point, top to bottom, at least `gap` apart, each joined to its point by a line.
-    lo, hi = ok["bleu_mean"].min(), ok["bleu_mean"].max()
-    gap, dx = max(hi - lo, 1e-9) / 18, (ok["params_M"].max() - ok["params_M"].min()) / 40
-    ordered = ok.sort_values("params_M")
-    cluster = (ordered["params_M"].diff().fillna(0) > 4 * dx).cumsum()
-    texts = []
-    for _, group in ordered.groupby(cluster):
-        x_label, members = group["params_M"].max() + dx, list(group.sort_values("bleu_mean", ascending=False)
-                                                                .itertuples(index=False))
-        for r, y_label in zip(members, label_heights([r.bleu_mean for r in members], gap, lo)):
-            texts.append(ax.annotate(r.row, (r.params_M, r.bleu_mean), xytext=(x_label, y_label), fontsize=8,
-                                     va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"}
-                                     if len(group) > 1 else None))
+    # Many rows share the base's size (Table 3's A, D and E rows): each name goes beside its point where it fits,
+    # else in a column right of its crowd, joined to its point by a line (place_labels). Room on the right first,
+    # so that a name beside the rightmost point fits inside the axes.
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(lo, hi + 0.12 * (hi - lo))
     ax.set(xlabel="parameters (M)", ylabel="dev BLEU (sacreBLEU)",
            title=f"{title or study}: dev BLEU against size (ours)")
-    room_right(ax, texts)
+    place_labels(ax, [str(r) for r in ok["row"]], list(ok["params_M"]), list(ok["bleu_mean"]),
+                 list(ok["bleu_std"].fillna(0)))
     return save_png(fig, path)
 
 
