@@ -162,10 +162,11 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
                  fontsize: float = 8) -> list:
     """Write each name beside its point (x, y in data units, with its error bar's half-height in `errs`): right of
     it where that box is free, else left of it. A box is free where it overlaps no name written before it, no
-    marker or error bar and nothing outside the axes; names go in from the highest point down. The names that fit
-    nowhere beside their points (a run of rows of one size and close scores) go in a column right of everything
-    drawn at their heights, top to bottom in their points' order, each joined to its point by a thin line, so the
-    lines do not cross. The axes' limits must be final (set them first): positions are worked out in pixels."""
+    marker or error bar, no legend and nothing outside the axes; names go in from the highest point down. The names
+    that fit nowhere beside their points (a run of rows of one size and close scores) go in one column, at the first
+    x right of them where every one of them is free, top to bottom in their points' order, each joined to its point
+    by a thin line, so the lines do not cross. The axes' limits must be final (set them first): positions are worked
+    out in pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.transforms import Bbox
     renderer = FigureCanvasAgg(ax.figure).get_renderer()
@@ -178,6 +179,8 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
     for (x, y), e, (px, py) in zip(zip(xs, ys), errs, pts):
         top, bottom = to_px((x, y + e))[1], to_px((x, y - e))[1]
         taken.append(Bbox.from_extents(px - r, min(bottom, py - r), px + r, max(top, py + r)))
+    if ax.get_legend() is not None:                                  # nor under the legend
+        taken.append(ax.get_legend().get_window_extent(renderer))
     sizes = []
     for name in names:
         box = ax.text(0, 0, name, fontsize=fontsize)

@@ -24,6 +24,7 @@ from harness.report.common import (
     measurement_sections,
     num,
     param_of,
+    place_labels,
     plot_title,
     pm,
     row_groups,
@@ -235,14 +236,13 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title:
     bleu = "test_bleu_tok" if table["test_bleu_tok_mean"].notna().any() else "test_bleu_tok_lc"
     name = "BLEU tok" if bleu == "test_bleu_tok" else "BLEU tok lc"
     ok = table.dropna(subset=[f"{bleu}_mean"])
-    mine = []
+    mine = []          # (name, cost, BLEU, its spread) of every point drawn, named once the axes are final
     for col, fmt, label in (("cost_counted", "o", "counted FLOPs"), ("cost_paper_way", "s", "the paper's way")):
         pts = ok.dropna(subset=[col])
         if len(pts):
             ours.errorbar(pts[col], pts[f"{bleu}_mean"], yerr=pts[f"{bleu}_std"].fillna(0), fmt=fmt,
                           mfc="none" if fmt == "s" else None, capsize=3, label=f"{name} vs cost, {label}")
-            mine += [ours.annotate(r["row"], (r[col], r[f"{bleu}_mean"]), textcoords="offset points",
-                                   xytext=(4, 4), fontsize=8) for r in pts.to_dict("records")]
+            mine += [(r["row"], r[col], r[f"{bleu}_mean"], r[f"{bleu}_std"]) for r in pts.to_dict("records")]
     if ours.get_legend_handles_labels()[0]:
         ours.set_xscale("log")
         ours.legend(fontsize=7)
@@ -264,7 +264,8 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title:
     if theirs.get_legend_handles_labels()[0]:
         theirs.legend(fontsize=7)
     theirs.set(xlabel="training cost (FLOPs)", ylabel="newstest2014 BLEU", title="the paper's Table 2")
-    separate_labels(fig, mine)
+    names, xs, ys, errs = zip(*mine)
+    place_labels(ours, list(names), list(xs), list(ys), [0.0 if pd.isna(e) else e for e in errs])
     separate_labels(fig, labels)
     return save_png(fig, path)
 
