@@ -165,8 +165,9 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
     marker or error bar, no legend and nothing outside the axes; names go in from the highest point down. The names
     that fit nowhere beside their points (a run of rows of one size and close scores) go in one column, at the first
     x right of them where every one of them is free, top to bottom in their points' order, each joined to its point
-    by a thin line, so the lines do not cross. The axes' limits must be final (set them first): positions are worked
-    out in pixels."""
+    by a thin line, so the lines do not cross; a name beside its point that one of those lines would cross moves to
+    the other side of its point where that is free, else into the column. The axes' limits must be final (set them
+    first): positions are worked out in pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.transforms import Bbox
     renderer = FigureCanvasAgg(ax.figure).get_renderer()
@@ -191,18 +192,34 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
     def free(box) -> bool:
         return (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
                 and not any(box.overlaps(b) for b in taken))
-    spots, rest = {}, []
-    for i in sorted(range(len(names)), key=lambda i: (-pts[i][1], pts[i][0])):
+    def sides(i: int) -> tuple:                                       # right of its point, then left
         (w, h), (px, py) = sizes[i], pts[i]
-        box = next((b for b in (Bbox.from_bounds(px + r + 2, py - h / 2, w, h),
-                                Bbox.from_bounds(px - r - 2 - w, py - h / 2, w, h)) if free(b)), None)
+        return Bbox.from_bounds(px + r + 2, py - h / 2, w, h), Bbox.from_bounds(px - r - 2 - w, py - h / 2, w, h)
+    spots, rest, flipped = {}, [], set()
+    for i in sorted(range(len(names)), key=lambda i: (-pts[i][1], pts[i][0])):
+        box = next((b for b in sides(i) if free(b)), None)
         if box is None:
             rest.append(i)
         else:
             spots[i] = box
             taken.append(box)
-    if rest:
-        spots.update(label_column(rest, [sizes[i] for i in rest], [pts[i] for i in rest], frame, free, 3 * r))
+    while rest:     # a name beside its point that a column's line would cross: to its other side once, else in
+        column = label_column(rest, [sizes[i] for i in rest], [pts[i] for i in rest], frame, free, 3 * r)
+        lines = [(pts[j], (b.x0, (b.y0 + b.y1) / 2)) for j, b in column.items()]
+        crossed = [i for i in spots if any(crosses(spots[i], a, b) for a, b in lines)]
+        if not crossed:
+            spots.update(column)
+            break
+        for i in crossed:
+            taken.remove(box := spots.pop(i))
+            other = next(b for b in sides(i) if b.x0 != box.x0)
+            if i not in flipped and free(other) and not any(crosses(other, a, b) for a, b in lines):
+                spots[i] = other
+                taken.append(other)
+                flipped.add(i)
+            else:
+                rest.append(i)
+        rest.sort(key=lambda i: (-pts[i][1], pts[i][0]))
     inv, texts = ax.transData.inverted(), []
     for i, box in sorted(spots.items()):
         at = tuple(inv.transform((box.x0, (box.y0 + box.y1) / 2)))
@@ -210,6 +227,13 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
                                  arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0,
                                              "shrinkB": 2} if i in rest else None))
     return texts
+
+
+def crosses(box, a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether the segment from a to b (pixels) passes through box: checked every pixel along it."""
+    steps = max(1, int(math.hypot(b[0] - a[0], b[1] - a[1])))
+    return any(box.contains(a[0] + (b[0] - a[0]) * k / steps, a[1] + (b[1] - a[1]) * k / steps)
+               for k in range(steps + 1))
 
 
 def label_column(rest: list[int], sizes: list[tuple[float, float]], pts: list[tuple[float, float]], frame, free,
