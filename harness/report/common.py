@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+import matplotlib as mpl
 import pandas as pd
 
 # The object-oriented API, not pyplot: no global backend switch and no figure registry to leak; a bare
@@ -140,24 +141,6 @@ def save_png(fig: Figure, path: Path) -> Path:
     return path
 
 
-def separate_labels(fig: Figure, labels: list, tries: int = 6) -> None:
-    """Move each annotation (offset in points from its point) down, a line at a time, until its box overlaps no
-    label placed before it, left to right; the layout is drawn first so that boxes are where savefig puts them."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    renderer = FigureCanvasAgg(fig).get_renderer()
-    fig.draw_without_rendering()
-    placed = []
-    for label in sorted(labels, key=lambda t: t.get_window_extent(renderer).x0):
-        box = label.get_window_extent(renderer)
-        for _ in range(tries):
-            if not any(box.overlaps(b) for b in placed):
-                break
-            x, y = label.xyann
-            label.xyann = (x, y - box.height * 72 / fig.dpi)
-            box = label.get_window_extent(renderer)
-        placed.append(box)
-
-
 def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: list[float] | None = None,
                  fontsize: float = 8) -> list:
     """Write each name beside its point (x, y in data units, with its error bar's half-height in `errs`): right of
@@ -175,7 +158,8 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
     frame, to_px = ax.get_window_extent(renderer), ax.transData.transform
     errs = errs or [0.0] * len(names)
     pts = [tuple(to_px((x, y))) for x, y in zip(xs, ys)]
-    r = fontsize * ax.figure.dpi / 72 * 0.45                      # a marker's half-width, about a letter's
+    # a marker's half-width (matplotlib's default marker size, and its edge) or a letter's, whichever is wider
+    r = max(fontsize * 0.45, mpl.rcParams["lines.markersize"] / 2 + 1) * ax.figure.dpi / 72
     taken = []
     for (x, y), e, (px, py) in zip(zip(xs, ys), errs, pts):
         top, bottom = to_px((x, y + e))[1], to_px((x, y - e))[1]

@@ -32,7 +32,6 @@ from harness.report.common import (
     save_png,
     sci_log_labels,
     seeds_cell,
-    separate_labels,
     std_of,
     stopping_notes,
     synthetic_data,
@@ -252,21 +251,22 @@ def plot_table2_bleu_vs_cost(study: str, table: pd.DataFrame, path: Path, title:
     if ours.get_xscale() == "log":
         ours.margins(x=0.12)          # room for the row names written right of the rightmost points
         sci_log_labels(ours.xaxis)
-    labels = []     # the paper's points crowd (the two EN-FR ensembles 0.04 decades and 0.13 BLEU apart)
+    paper = []      # the paper's points crowd (the two EN-FR ensembles 0.04 decades and 0.13 BLEU apart)
     for (key, label), color in zip(PAIRS.items(), ("C1", "C2")):
         rows = [(n, r[f"cost_{key}"], r[f"bleu_{key}"]) for n, r in load_tables()["table2"]["rows"].items()
                 if r.get(f"cost_{key}") is not None and r.get(f"bleu_{key}") is not None]
         if rows:
             theirs.plot([c for _, c, _ in rows], [b for _, _, b in rows], "o", color=color, label=label)
-            labels += [theirs.annotate(name, (cost, bleu), textcoords="offset points", xytext=(4, 2), fontsize=6)
-                       for name, cost, bleu in rows]
+            paper += rows
             theirs.set_xscale("log")
     if theirs.get_legend_handles_labels()[0]:
-        theirs.legend(fontsize=7)
+        theirs.legend(fontsize=7, loc="center left")
+        theirs.margins(x=0.3)          # room beside the outermost points for their names
     theirs.set(xlabel="training cost (FLOPs)", ylabel="newstest2014 BLEU", title="the paper's Table 2")
     names, xs, ys, errs = zip(*mine)
     place_labels(ours, list(names), list(xs), list(ys), [0.0 if pd.isna(e) else e for e in errs])
-    separate_labels(fig, labels)
+    if paper:
+        place_labels(theirs, *(list(v) for v in zip(*paper)), fontsize=6)
     return save_png(fig, path)
 
 
