@@ -438,7 +438,8 @@ def _add_run(sub) -> None:
     run.add_argument("study", type=Path, help="a study file, e.g. studies/table3.yaml")
     run.add_argument("--profile", default=None, help="paper | tiny | ... (default: tiny when the study has it)")
     run.add_argument("--rows", default="", help="comma-separated rows to run (default: all)")
-    run.add_argument("--seeds", default="", help="comma-separated seeds (default: the study's)")
+    run.add_argument("--seeds", default="", help="seeds and ranges, comma-separated: 0,1,2 or 0-9 (default: the "
+                     "study's)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a setting of every row after the profile, e.g. --set data.seed=2 (another "
                           "made-up corpus)")

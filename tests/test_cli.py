@@ -50,6 +50,8 @@ def one_sentence_error(err: str) -> str:
     (["probe", "scaling", "--device", "tpu"], "not a torch device"),
     (["probe", "flops", "--preset", "paper_huge"], "preset"),
     (["probe", "evalb", "{tmp}/gold.txt", "{tmp}/test.txt"], "gold.txt"),
+    (["run", "studies/table3.yaml", "--seeds", "3-1", "--dry-run"], "e.g. 0,1,2 or 0-9"),
+    (["run", "studies/table3.yaml", "--seeds", "0-2,1", "--dry-run"], "names seed 1 more than once"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(capsys, tmp_path, argv, needle):
     code, _, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
@@ -279,6 +281,15 @@ def test_a_dry_run_takes_numbers_in_any_form_yaml_or_python_writes(capsys):
     lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
     assert lines["train.lr"].split()[1:] == ["0.0005", "--set"]
     assert lines["train.steps"].split()[1:] == ["1000", "--set"]
+
+
+def test_seeds_take_ranges(capsys):
+    # ten seeds of two rows, to settle a verdict that three leave near its line (docs/results.md)
+    code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base,C6", "--seeds", "0-9", "--dry-run")
+    trials = [ln.split()[0] for ln in out.splitlines() if re.match(r"(base|C6)-s\d+ ", ln)]
+    assert code == 0 and trials == [f"{r}-s{s}" for r in ("base", "C6") for s in range(10)]
+    code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--seeds", "0-1,5", "--dry-run")
+    assert [ln.split()[0] for ln in out.splitlines() if ln.startswith("base-s")] == ["base-s0", "base-s1", "base-s5"]
 
 
 def test_show_names_where_each_setting_of_a_row_came_from(capsys):

@@ -319,13 +319,27 @@ def run_study(request: StudyRequest) -> int:
 
 def _selection(args) -> tuple[list[str] | None, list[int] | None]:
     """--rows and --seeds as lists (None: the study's own)."""
-    seeds = None
-    if args.seeds:
-        try:
-            seeds = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise UserError(f"--seeds {args.seeds!r} must be integers separated by commas, e.g. 0,1,2.") from None
+    seeds = parse_seeds(args.seeds) if args.seeds else None
     return ([r.strip() for r in args.rows.split(",")] if args.rows else None), seeds
+
+
+def parse_seeds(text: str) -> list[int]:
+    """--seeds: seeds and ranges separated by commas ("0,1,2", "0-9", "0-2,7"), each seed once, in order."""
+    seeds = []
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        try:
+            lo, hi = int(first), int(last if sep else first)
+        except ValueError:
+            lo, hi = 0, -1
+        if not first or lo > hi:
+            raise UserError(f"--seeds {text!r} must be non-negative integers or ranges separated by commas, "
+                            "e.g. 0,1,2 or 0-9.")
+        seeds += range(lo, hi + 1)
+    if len(set(seeds)) < len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise UserError(f"--seeds {text!r} names seed {', '.join(map(str, twice))} more than once; give each once.")
+    return seeds
 
 
 def _todo(tracking: StudyTracking, study: Study, parent, resume: bool) -> list[Trial]:
