@@ -660,3 +660,17 @@ def test_a_plot_with_nothing_of_the_study_is_not_drawn(tmp_path):
     assert plot_table1_time("table1", table, {}, "n", tmp_path / "t.png") is None
     assert plot_table1_paths("table1", table, {}, tmp_path / "p.png") is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["u.png"]
+
+
+def test_the_dropout_panel_draws_the_papers_base_at_dbase():
+    """Dbase is the base on the dropout rows' training set, not a paper row: the knob plot's paper line takes the
+    paper's base there (the row the paper measured D1 and D2 against), not a gap; a paper row keeps its own."""
+    from harness.report.table3 import paper_base_at
+    table = pd.DataFrame({"row": ["base", "Dbase", "D1", "D2"], "paper_ppl": [4.92, None, 5.77, 4.95],
+                          "paper_bleu": [25.8, None, 24.6, 25.5]})
+    sub = table.set_index("row").loc[["Dbase", "D1", "D2"]].copy()
+    assert paper_base_at(sub, "Dbase", table)
+    assert sub.loc["Dbase", "paper_ppl"] == 4.92 and sub.loc["Dbase", "paper_bleu"] == 25.8
+    assert not paper_base_at(sub, "D1", table) and sub.loc["D1", "paper_ppl"] == 5.77
+    no_base = table[table["row"] != "base"]
+    assert not paper_base_at(no_base.set_index("row").copy(), "Dbase", no_base)

@@ -116,9 +116,24 @@ def render_markdown(study: str, results: dict, table: pd.DataFrame, paper: dict 
     return lines
 
 
+def paper_base_at(sub: pd.DataFrame, ref: str, table: pd.DataFrame) -> bool:
+    """Give the knob group's reference row `ref` in `sub` (indexed by row) the paper's base values where `ref` is
+    not a paper row but stands for the base (Dbase) and the base ran; whether it did."""
+    cols = ["paper_ppl", "paper_bleu"]
+    base = table.set_index("row")
+    if ref == "base" or "base" not in base.index or not set(cols) <= set(sub.columns):
+        return False
+    if sub.loc[ref, cols].notna().any():        # a paper row of its own
+        return False
+    sub.loc[ref, cols] = base.loc["base", cols].to_numpy(dtype=float)
+    return True
+
+
 def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = None) -> Path | None:
     """One column of panels per Table 3 knob group present (BLEU above, PPL below), ours on the left axis
-    and the paper's on a right axis: their scales differ, their slopes are what compare."""
+    and the paper's on a right axis: their scales differ, their slopes are what compare. Where a group's reference
+    is not a paper row (Dbase, the base on the dropout rows' training set) the paper's line takes the paper's base
+    there, the row that the paper measured its own D rows against, and the panel's title says so."""
     present = set(table["row"])
     groups = [(name, [r for r in (reference(rows[0], present), *rows) if r in present], col)
               for name, rows, col in KNOBS if present & set(rows)]
@@ -128,6 +143,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = 
     axes = fig.subplots(2, len(groups), squeeze=False)
     for j, (group, rows, col) in enumerate(groups):
         sub = table.set_index("row").loc[rows].sort_values(col)
+        stand_in = paper_base_at(sub, rows[0], table)
         x = range(len(sub))
         labels = [(f"{col}={v:g}\n{r}" if pd.notna(v) else r) + ("" if s == "FINISHED" else f"\n{s}")
                   for r, v, s in zip(sub.index, sub[col], sub["status"])]
@@ -144,7 +160,7 @@ def plot_knobs(study: str, table: pd.DataFrame, path: Path, title: str | None = 
             ax.tick_params(axis="y", labelsize=7)
             if j == 0:
                 ax.set_ylabel(f"{label} (ours, ●)", fontsize=8)
-        axes[0, j].set_title(group, fontsize=9)
+        axes[0, j].set_title(f"{group}\npaper: its base at {rows[0]}" if stand_in else group, fontsize=9)
     fig.suptitle(f"{title or study}: one knob at a time (paper on the right axis, □)", fontsize=10)
     return save_png(fig, path)
 
