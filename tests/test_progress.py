@@ -31,6 +31,19 @@ def test_time_left_applies_the_measured_rate_to_every_remaining_step_on_the_slot
     assert time_left(TRIALS, FLOPS, {}, slots=2) is None          # nothing measured yet: no guess
 
 
+def test_time_left_takes_a_rows_own_seeds_then_a_line_with_per_step_overhead():
+    # mid ran 0.15 s a step at 1e9 FLOPs a step, large 0.35 s at 3e9: a line of 0.05 s + 1e-10 s a FLOP. The small
+    # row (1e8) then takes 0.06 s a step, not the 0.013 s that FLOPs alone would give it (scaling_dk's d_k 8 rows
+    # ran far fewer FLOPs a second than its d_k 128 ones); mid's second seed takes its first seed's 0.15 s.
+    trials = [_trial("mid", 100), _trial("large", 100), _trial("small", 100),
+              Trial(row="mid", seed=1, train=TrainConfig(steps=100))]
+    flops = {"mid-s0": 1e9, "large-s0": 3e9, "small-s0": 1e8, "mid-s1": 1e9}
+    seen = {"mid-s0": {"status": "FINISHED", "step": 100, "train_seconds": 15.0, "start": 0, "end": 15_000},
+            "large-s0": {"status": "FINISHED", "step": 100, "train_seconds": 35.0, "start": 0, "end": 35_000}}
+    assert time_left(trials, flops, seen, slots=1) == pytest.approx(6.0 + 15.0)
+    assert time_left(trials, flops, seen, slots=2) == pytest.approx(15.0)
+
+
 def test_a_non_terminal_gets_plain_lines_with_counts_rows_and_the_time_left(capsys):
     seen = {"base-s0": {"status": "FINISHED", "step": 100, "train_seconds": 10.0, "start": 0, "end": 12_000},
             "big-s0": {"status": "RUNNING", "step": 150, "train_seconds": 45.0, "start": 0, "end": None,

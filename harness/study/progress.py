@@ -28,33 +28,56 @@ def _steps(t: Trial) -> int:
 
 def time_left(trials: list[Trial], flops_per_step: dict[str, float], seen: dict[str, dict], slots: int
               ) -> float | None:
-    """Seconds until the study ends, from what the child runs have logged; None before any rate is known."""
-    rates, eval_share = {}, []
+    """Seconds until the study ends, from what the child runs have logged; None before any rate is known. A
+    trial's seconds a step: its own where it logged some, else its row's other seeds', else a line through the
+    measured rows' seconds a step against their FLOPs a step (per-step overhead, then a cost per FLOP: a small
+    row runs fewer FLOPs a second than a large one), each trial's remaining steps on the free slots."""
+    per_step, eval_share = {}, []
     for t in trials:
         s = seen.get(t.key)
         if s and s["step"] and s["train_seconds"]:
-            rates[t.key] = flops_per_step[t.key] * s["step"] / s["train_seconds"]
+            per_step[t.key] = s["train_seconds"] / s["step"]
             if s["status"] == "FINISHED" and s["end"]:
                 wall = (s["end"] - s["start"]) / 1000
                 eval_share.append(max(0.0, wall - s["train_seconds"]) / s["train_seconds"])
-    if not rates:
+    if not per_step:
         return None
-    rate = statistics.median(rates.values())
+    by_row: dict[str, list[float]] = {}
+    for t in trials:
+        if t.key in per_step:
+            by_row.setdefault(t.row, []).append(per_step[t.key])
+    rows = {row: statistics.median(v) for row, v in by_row.items()}
+    flops = {t.row: flops_per_step[t.key] for t in trials}
+    guess = step_seconds_line([(flops[row], sec) for row, sec in rows.items()])
     share = statistics.mean(eval_share) if eval_share else 0.1
     busy, waiting = [], []
     for t in trials:
         s = seen.get(t.key, {"status": "PENDING", "step": 0})
         if s["status"] in ("FINISHED", "FAILED", "KILLED"):
             continue
+        sec = per_step.get(t.key) or rows.get(t.row) or guess(flops_per_step[t.key])
         steps = _steps(t)
-        whole = steps * flops_per_step[t.key] / rates.get(t.key, rate)
-        left = max(0, steps - s["step"]) * flops_per_step[t.key] / rates.get(t.key, rate) + share * whole
+        left = max(0, steps - s["step"]) * sec + share * steps * sec
         (busy if s["status"] == "RUNNING" else waiting).append(left)
     free = sorted(busy) + [0.0] * max(0, slots - len(busy))
     for left in sorted(waiting, reverse=True):           # the runner starts the longest first
         i = free.index(min(free))
         free[i] += left
     return max(free, default=0.0)
+
+
+def step_seconds_line(points: list[tuple[float, float]]) -> Callable[[float], float]:
+    """seconds a step as a + b x FLOPs a step, least squares over the measured rows' (FLOPs, seconds); with one
+    row, or where the line would have a < 0 or b < 0, in proportion to FLOPs (the median seconds per FLOP)."""
+    per_flop = statistics.median(sec / f for f, sec in points if f > 0) if any(f > 0 for f, _ in points) else 0.0
+    proportional = (lambda f: per_flop * f) if per_flop else (lambda f: statistics.median(s for _, s in points))
+    xs = [f for f, _ in points]
+    if len(set(xs)) < 2:
+        return proportional
+    mx, my = statistics.mean(xs), statistics.mean(s for _, s in points)
+    b = sum((f - mx) * (s - my) for f, s in points) / sum((f - mx) ** 2 for f in xs)
+    a = my - b * mx
+    return (lambda f: a + b * f) if a >= 0 and b >= 0 else proportional
 
 
 def _duration(seconds: float | None) -> str:
