@@ -192,7 +192,9 @@ def catalogue() -> list[tuple[str, str, str, str, str]]:
                 repr(f.default) if f.default is not dataclasses.MISSING else "…"
             hint = hints[f.name]
             shown = getattr(hint, "__name__", str(hint).replace("typing.", ""))
-            yield (f"{section}.{(keys or {}).get(f.name, f.name)}", shown, default, helps.get(f.name, ""), owner)
+            choices = get_args(hint) if get_origin(hint) is Literal else ()
+            yield (f"{section}.{(keys or {}).get(f.name, f.name)}", "str" if choices else shown, default,
+                   helps.get(f.name, ""), owner, choices)
 
     out = []
     for name, family in FAMILIES.items():
@@ -204,6 +206,9 @@ def catalogue() -> list[tuple[str, str, str, str, str]]:
     out += rows(Resources, "resources", "resources (a study's, per trial: `run --set` and `show --set` only)")
     # a family that shares a key with the first (the decoder-only model's d_model, n_heads, ...) shares its help
     first = {}
-    for key, _, _, doc, _ in out:
+    for key, _, _, doc, _, _ in out:
         first.setdefault(key, doc)
-    return [(key, kind, default, doc or first[key], whose) for key, kind, default, doc, whose in out]
+    # a setting with several choices names them first, before its help line is cut
+    return [(key, kind, default, "; ".join(filter(None, [f"one of {' | '.join(map(str, choices))}"
+                                                         if len(choices) > 1 else "", doc or first[key]])), whose)
+            for key, kind, default, doc, whose, choices in out]

@@ -272,7 +272,10 @@ def test_version_and_defaults_in_help(capsys):
 
 def test_a_dry_run_takes_numbers_in_any_form_yaml_or_python_writes(capsys):
     # YAML 1.1 reads 1e-3 as a string: `--set train.lr=1e-3` was refused ("must be a number")
-    code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--dry-run", "--set", "train.lr=1e-3")
+    # accepted, and said to be unread: the base's noam schedule takes its rate from d_model and warmup
+    with pytest.warns(UserWarning, match="train.lr=0.001 is not read by schedule noam"):
+        code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--dry-run", "--set",
+                           "train.lr=1e-3")
     assert code == 0 and "base-s0" in out
     code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base", "--dry-run", "--set",
                        "train.steps=1_000", "--set", "train.lr_scale=5E-1")
@@ -331,6 +334,11 @@ def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):
     assert [key for key, _, _, doc, _ in overrides.catalogue() if not doc.strip()] == []
     words = next(ln for ln in out.splitlines() if ln.startswith("model.word_positions "))
     assert words.endswith("positions count words, not tokens.")
+    # a setting with choices names them, first (the decoder-only family's keeps the help it shares)
+    scores = next(ln for ln in out.splitlines() if ln.startswith("model.attention_score "))
+    assert scores.split()[1:3] == ["str", "'scaled'"] and "one of scaled | unscaled | additive; §3.2.1" in scores
+    shared = [ln for ln in out.splitlines() if ln.startswith("model.positional ")]
+    assert len(shared) == 2 and all("one of sinusoid | learned | rope | alibi | none; §3.5" in ln for ln in shared)
     code, out, _ = run(capsys, "settings", "resources")
     assert code == 0 and "resources.gpu" in out and "resources.workers" in out
     code, out, _ = run(capsys, "settings", "data")

@@ -36,6 +36,17 @@ def test_nesterov_is_sgd_with_nesterov_momentum_and_bad_recipes_are_refused():
             TrainConfig(**bad).validate()
 
 
+def test_a_recipe_setting_the_schedule_does_not_read_is_named():
+    assert TrainConfig().unread() == []
+    assert TrainConfig(schedule="constant_decay", lr=1e-3, decay_times=2).unread() == []
+    assert [m.split(" is ")[0] for m in TrainConfig(lr=1e-3, decay_factor=0.3, momentum=0.9).unread()] == \
+        ["train.lr=0.001", "train.decay_factor=0.3", "train.momentum=0.9"]
+    assert TrainConfig(schedule="constant_decay", lr=1.0, lr_patience=2).unread() == \
+        ["train.lr_patience=2 is not read by schedule constant_decay, only by plateau."]
+    with pytest.warns(UserWarning, match="train.lr=0.001 is not read by schedule noam"):
+        TrainConfig(lr=1e-3).validate()
+
+
 @pytest.mark.slow
 def test_convs2s_trains_with_its_own_recipe_and_clipping(capsys, tmp_path, monkeypatch):
     clipped = []
