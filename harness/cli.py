@@ -201,6 +201,8 @@ def _bench_study_row(args) -> int:
 
 def _cmd_run(args) -> int:
     from harness.study.runner import StudyRequest, run_study
+    if not args.study.is_file() and str(args.study) in {p.stem for p in _study_files()}:   # `run table3`
+        args.study = Path(_shown_path(_study_path(str(args.study))))
     return run_study(StudyRequest.from_args(args))
 
 
@@ -422,7 +424,8 @@ def _add_train(sub) -> None:
     tr.add_argument("--row", default=None, help="with --study: the row (e.g. base, C5)")
     tr.add_argument("--profile", default=None, help="with --study: the profile (default: tiny when it has one)")
     tr.add_argument("--seed", default=0, type=int, help="with --study: the trial's seed (train.seed)")
-    tr.add_argument("--threads", default=0, type=int, help="torch threads (0: torch's default; trials use 1)")
+    tr.add_argument("--threads", default=0, type=int, help="torch threads; 0 (the default) keeps torch's own count "
+                    "(a study's trials take their resources.cpu)")
     tr.add_argument("--data", default="synth", help="'synth' (the made-up corpus) or a prepared data directory")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a model, train or data setting, e.g. --set n_heads=1 --set train.steps=200")
@@ -435,7 +438,7 @@ def _add_train(sub) -> None:
 def _add_run(sub) -> None:
     """`run`: a study on Ray Tune."""
     run = sub.add_parser("run", help="run a study (a paper table) as a Ray Tune grid, tracked in MLflow")
-    run.add_argument("study", type=Path, help="a study file, e.g. studies/table3.yaml")
+    run.add_argument("study", type=Path, help="the study (a name such as table3, or a file: studies/table3.yaml)")
     run.add_argument("--profile", default=None, help="paper | tiny | ... (default: tiny when the study has it)")
     run.add_argument("--rows", default="", help="comma-separated rows to run (default: all)")
     run.add_argument("--seeds", default="", help="seeds and ranges, comma-separated: 0,1,2 or 0-9 (default: the "
@@ -665,7 +668,9 @@ def _cmd_list(args) -> int:
     elif what == "rows":
         raw = read_yaml_file(_study_path(args.study))
         study = load_study(_study_path(args.study), args.profile)
-        print(f"{study.name}, profile {study.profile} (each row is an override of the base):")
+        print(f"{study.name}: each row an override of the base as the study file writes it, in the paper's units "
+              f"(profile {study.profile} may scale them; `show {study.name} ROW --profile {study.profile}` resolves "
+              "one)")
         for row in study.rows:
             print(f"  {row:<14} {json.dumps(raw['rows'].get(row) or {})}")
     elif what == "claims":
@@ -673,8 +678,10 @@ def _cmd_list(args) -> int:
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
+            target = f"{c.target:g}" if c.target is not None else f"its {c.target_metric}"   # (the formula's)
             expect = (f"above {c.target:g}" if c.expect == "above" else
-                      f"{c.expect} within ±{c.margin:g}" if c.expect in ("equivalent", "value") else c.expect)
+                      f"value {target} within ±{c.margin:g}" if c.expect == "value" else
+                      f"equivalent within ±{c.margin:g}" if c.expect == "equivalent" else c.expect)
             against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
             print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {expect}")
     else:
@@ -754,7 +761,11 @@ def _cmd_show(args) -> int:
     settings = kind.explain(file, Selection(args.profile, None, seeds, sets), args.row)
     print(f"{file.head['name']} row {args.row}{f', profile {args.profile}' if args.profile else ''}: each setting "
           "and where it came from (preset < base < profile base < row < profile scale < profile < profile row < --set)")
+    from harness.data.corpus import DataConfig
+    prepared = dict((k, v) for k, v, _ in settings).get("data.name", "synth") != "synth"
     for key, value, source in settings:
+        if prepared and key.startswith("data.") and key[5:] in DataConfig.SYNTH_ONLY:
+            source += " (the made-up corpus's only: a prepared directory does not read it)"
         print(f"{key:<34} {json.dumps(value):<22} {source}")
     return 0
 

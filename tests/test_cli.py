@@ -239,6 +239,8 @@ def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
     code, out, _ = run(capsys, "list", "claims", "transformer_tiny")
     assert code == 0 and out.split() == ["transformer_tiny_reaches_published", "transformer_tiny",
                                          'test_bleu_tok_lc:', '"tiny"', "above", "41"]
+    code, out, _ = run(capsys, "list", "claims", "table1")      # a value claim names its value, not only the margin
+    assert code == 0 and 'exp_n: "sdpa" value 2 within ±0.25' in out and "value its path_formula within ±0" in out
     # `list` alone: every study, each with its profiles (the default first), its rows and its claims' ids
     code, out, _ = run(capsys, "list")
     blocks = {b.split(" ", 1)[0]: b for b in re.split(r"\n(?=\S)", out.split("\n\nmore:")[0])}
@@ -286,6 +288,13 @@ def test_a_dry_run_takes_numbers_in_any_form_yaml_or_python_writes(capsys):
     assert lines["train.steps"].split()[1:] == ["1000", "--set"]
 
 
+def test_run_takes_a_study_by_name_as_show_and_status_do(capsys):
+    code, out, _ = run(capsys, "run", "table3", "--rows", "base", "--dry-run")
+    assert code == 0 and out.startswith("studies/table3.yaml: study table3 v1") and "base-s0" in out
+    code, _, err = run(capsys, "run", "tabel3", "--dry-run")
+    assert code == 2 and "study file tabel3 does not exist; give a study's name (table3)" in one_sentence_error(err)
+
+
 def test_seeds_take_ranges(capsys):
     # ten seeds of two rows, to settle a verdict that three leave near its line (docs/results.md)
     code, out, _ = run(capsys, "run", "studies/table3.yaml", "--rows", "base,C6", "--seeds", "0-9", "--dry-run")
@@ -317,6 +326,11 @@ def test_show_names_where_each_setting_of_a_row_came_from(capsys):
     lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
     assert code == 0 and lines["resources.gpu"].split()[1:] == ["8.0", "--set"]
     assert lines["resources.cpu"].split()[1:] == ["1", "profile"] and lines["resources.workers"].endswith("default")
+    # on a prepared directory the made-up corpus's settings are shown as unread (the study file only names it)
+    code, out, _ = run(capsys, "show", "table3", "C5", "--profile", "multi30k")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert code == 0 and lines["data.train_pairs"].endswith("a prepared directory does not read it)")
+    assert lines["data.task"].endswith("data default") and lines["data.name"].endswith("profile base")
 
 
 def test_settings_lists_every_key_with_type_default_and_help_by_owner(capsys):

@@ -1,4 +1,4 @@
-"""`python -m harness.gpu_check --out DIR`: issue 5's device check in one command, for a session lent a GPU.
+"""`python -m harness.gpu_check --out DIR`: checks a GPU against the CPU in one command, within about five minutes.
 
 It needs torch, sentencepiece and sacrebleu only (no Ray, MLflow, fvcore, PyYAML or pytest), runs its steps
 in order within a time budget (default 290 s; a step that would start past it is skipped and listed), and
@@ -162,7 +162,8 @@ def _train(out: Path, device: str, quick: bool, **overrides) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness.gpu_check", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json and .md")
+    parser.add_argument("--out", type=Path, required=True, default=argparse.SUPPRESS,   # required: no default shown
+                        help="directory for gpu_check.json and .md")
     parser.add_argument("--device", default="auto", help="auto | cuda | cpu")
     parser.add_argument("--budget-s", type=float, default=290.0, help="skip steps that would start after this")
     parser.add_argument("--quick", action="store_true", help="small shapes, cpu_d128 only, no compile (CPU tests)")

@@ -51,6 +51,9 @@ class DataConfig:
     # Added after studies had run without them: left out of a trial's config hash at their defaults
     # (harness/trial.py), so that those trials keep their hashes.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ("target", "lexicon_seed", "parse_tags", "parse_subtrees")
+    # What only the made-up corpus reads: a prepared directory (`name` a path) has its own sentences.
+    SYNTH_ONLY: ClassVar[tuple[str, ...]] = ("train_pairs", "dev_pairs", "test_pairs", "seed", "lexicon_scale",
+                                             "max_depth", "max_words", "lexicon_seed")
 
 
 @dataclass

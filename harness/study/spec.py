@@ -151,7 +151,8 @@ def read_study_file(path: str | Path, kinds) -> StudyFile:
     """The YAML file, its top-level keys, name, version, table, seeds, max_failures and kind (one of `kinds`)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"study file {path} does not exist; give a YAML file such as studies/table3.yaml.")
+        raise UserError(f"study file {path} does not exist; give a study's name (table3) or its YAML file "
+                        "(studies/table3.yaml).")
     raw = read_yaml_file(path)
     chk = Checker(path)
     raw = chk.mapping(raw, "top level")
