@@ -30,6 +30,7 @@ from matplotlib.ticker import (
     MaxNLocator,
     NullFormatter,
     NullLocator,
+    ScalarFormatter,
 )
 
 from harness import tracking
@@ -142,15 +143,17 @@ def save_png(fig: Figure, path: Path) -> Path:
 
 
 def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: list[float] | None = None,
-                 fontsize: float = 8) -> list:
+                 fontsize: float = 8, widen: int = 3) -> list:
     """Write each name beside its point (x, y in data units, with its error bar's half-height in `errs`): right of
     it where that box is free, else left of it. A box is free where it overlaps no name written before it, no
     marker or error bar, no legend and nothing outside the axes; names go in from the highest point down. The names
     that fit nowhere beside their points (a run of rows of one size and close scores) go in one column, at the first
     x right of them where every one of them is free, top to bottom in their points' order, each joined to its point
     by a thin line, so the lines do not cross; a name beside its point that one of those lines would cross moves to
-    the other side of its point where that is free, else into the column. The axes' limits must be final (set them
-    first): positions are worked out in pixels."""
+    the other side of its point where that is free, else into the column. Where the column fits nowhere right of its
+    points inside the axes, the x axis's right limit moves out to make room for it and the names are placed again
+    (at most `widen` times): a column allowed to overlap runs over points and out of the axes. The axes' limits
+    must be otherwise final (set them first): positions are worked out in pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.transforms import Bbox
     renderer = FigureCanvasAgg(ax.figure).get_renderer()
@@ -189,6 +192,11 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
             taken.append(box)
     while rest:     # a name beside its point that a column's line would cross: to its other side once, else in
         column = label_column(rest, [sizes[i] for i in rest], [pts[i] for i in rest], frame, free, 3 * r)
+        if column is None and widen > 0 and room_right(ax, max(pts[i][0] for i in rest),
+                                                       3 * r + max(sizes[i][0] for i in rest) + 2, frame):
+            return place_labels(ax, names, xs, ys, errs, fontsize, widen - 1)
+        column = column or label_column(rest, [sizes[i] for i in rest], [pts[i] for i in rest], frame, free, 3 * r,
+                                        overlap=True)
         lines = [(pts[j], (b.x0, (b.y0 + b.y1) / 2)) for j, b in column.items()]
         crossed = [i for i in spots if any(crosses(spots[i], a, b) for a, b in lines)]
         if not crossed:
@@ -221,10 +229,10 @@ def crosses(box, a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def label_column(rest: list[int], sizes: list[tuple[float, float]], pts: list[tuple[float, float]], frame, free,
-                 lead: float) -> dict:
+                 lead: float, overlap: bool = False) -> dict | None:
     """Boxes (pixels) for the names `rest` in one column: at the first x, from `lead` right of their rightmost point
-    on, where every name of the column is free (`free`) at its stacked height (label_stack); where no x is, the
-    first x with its names' overlaps allowed."""
+    on, where every name of the column is free (`free`) at its stacked height (label_stack); where no x is, None,
+    or with `overlap` the first x with its names' overlaps allowed."""
     from matplotlib.transforms import Bbox
     h, w = max(s[1] for s in sizes), max(s[0] for s in sizes)
     heights = label_stack([p[1] for p in pts], h, frame.y0 + h / 2, frame.y1 - h / 2)
@@ -236,7 +244,25 @@ def label_column(rest: list[int], sizes: list[tuple[float, float]], pts: list[tu
         if all(free(b) for b in column(x).values()):
             return column(x)
         x += lead / 3
-    return column(min(start, frame.x1 - w))
+    return column(min(start, frame.x1 - w)) if overlap else None
+
+
+def room_right(ax, rightmost: float, need: float, frame) -> bool:
+    """Move the x axis's right limit out so that `need` pixels fit between the point at pixel x `rightmost` and the
+    axes' right edge, the axes' width unchanged: on the scale's own coordinate (log10 on a log axis) the point's
+    share of the axis shrinks from (t - a) / (b - a) to (W - need) / W. False where it cannot (an inverted axis,
+    or `need` wider than the axes)."""
+    lo, hi = ax.get_xlim()
+    if hi <= lo or need >= frame.width:
+        return False
+    scale = ax.xaxis.get_transform()                        # data -> the scale's coordinate, linear in pixels
+    a, b = scale.transform([lo, hi])
+    t = a + (rightmost - frame.x0) / frame.width * (b - a)
+    right = a + (t - a) * frame.width / (frame.width - need)
+    if right <= b:
+        return False
+    ax.set_xlim(lo, float(scale.inverted().transform([right])[0]))
+    return True
 
 
 def label_stack(ys: list[float], gap: float, floor: float, ceiling: float) -> list[float]:
@@ -1022,15 +1048,23 @@ def plain_log_labels(axis) -> None:
 
 def sci_log_labels(axis) -> None:
     """A log axis of large counts (training FLOPs) labelled in scientific notation at enough ticks to read a value:
-    at 1, 2 and 5 of each decade where it spans under about three decades (FLOPs from 2e13 to 7e14 otherwise
-    carry the one label 10^14), at every integer multiple under one decade; the decades alone past three. Call it
-    after plotting."""
+    at 1, 2 and 5 of each decade where it spans one to three decades (FLOPs from 2e13 to 7e14 otherwise carry the
+    one label 10^14); the decades alone past three. Under one decade the ticks are a linear axis's round numbers
+    (6, 8, 10, 12, 14) on the log scale, with their common power of ten written once at the axis's end: a log
+    axis's own ticks there (6, 7, 8, 9 x 10^14) crowd toward its top until their labels touch. Call it after
+    plotting."""
     axis.axes.autoscale_view()
     low, high = sorted(axis.get_view_interval())
     if low <= 0 or high > 1000 * low:
         return
-    subs = tuple(float(k) for k in range(1, 10)) if high < 10 * low else (1.0, 2.0, 5.0)
-    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    if high < 10 * low:
+        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        short = ScalarFormatter(useMathText=True)
+        short.set_powerlimits((0, 0))                    # always the mantissa alone, the power at the end
+        axis.set_major_formatter(short)
+        axis.set_minor_locator(NullLocator())
+        return
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(math.inf, math.inf)))
     axis.set_minor_formatter(NullFormatter())
 
