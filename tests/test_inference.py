@@ -146,3 +146,13 @@ def test_the_claims_figures_are_read_from_the_points():
     assert got["decode_tok_s_last"] == 640.0 and got["kv_fraction_of_mha"] == 0.25
     assert got["decode_batch_gain"] == 640 / 90 / 8 and got["prefill_batch_gain"] == 4000 / 2000 / 8
     assert got["decode_over_prefill_gain"] == (640 / 90) / (4000 / 2000)
+
+
+def test_rows_of_equal_values_show_as_nested_markers():
+    """The KV panel's rows of one cache size drew one line over another, four of ten legend entries with no line to
+    be seen (issue 44): each row has its own hollow marker, smaller than the row before it."""
+    from harness.report.inference import _nested
+    styles = [_nested(k) for k in range(10)]
+    assert len({s["marker"] for s in styles}) == 10 and all(s["mfc"] == "none" for s in styles)
+    sizes = [s["ms"] for s in styles]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 10

@@ -701,6 +701,24 @@ def test_a_column_with_no_room_right_of_its_points_widens_the_axis(widen):
         assert not inside or on_a_dot
 
 
+def test_table1_paths_draw_one_panel_a_row_with_its_formula(tmp_path, monkeypatch):
+    """On one axes, eleven rows' measured and formula lines lay on top of each other and rows ten apart shared a
+    colour and the formula's style (issue 44): each row now has its own panel, titled with the paper's formula."""
+    import harness.report.table1 as t1
+    figures = []
+    monkeypatch.setattr(t1, "save_png", lambda fig, path: figures.append(fig) or path)
+    rows = ["sdpa", "restricted", "rnn_loop", "conv", "decode_full"]
+    formulas = ["O(1)", "O(n/r)", "O(n)", "O(log_k(n))", "O(1)"]
+    curves = {r: {"path_measured": [(16, 1.0), (64, 4.0)], "path_formula": [(16, 1.0), (64, 4.0)]} for r in rows}
+    table = pd.DataFrame({"row": rows, "paper_path": formulas})
+    assert t1.plot_table1_paths("table1", table, curves, tmp_path / "p.png") == tmp_path / "p.png"
+    [fig] = figures
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_title() for ax in panels] == [f"{r}: {f}" for r, f in zip(rows, formulas)]
+    assert all(len(ax.get_lines()) == 2 for ax in panels)                 # measured and formula, nothing else
+    assert any(ax.get_legend() is not None for ax in fig.axes)            # in the grid's spare cell
+
+
 def test_a_plot_with_nothing_of_the_study_is_not_drawn(tmp_path):
     # Table 2's utilization bars with none of ours (only the paper's two), Table 1's timings and paths with no row
     # timed: each would say nothing of the study, so none is drawn (the report then links no picture).

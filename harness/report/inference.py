@@ -100,6 +100,17 @@ def _log_values(ax) -> None:
     ax.yaxis.minorticks_off()
 
 
+_MARKS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+
+
+def _nested(k: int) -> dict:
+    """The k-th row's line: its own colour and hollow marker, each row's marker smaller than the last, so that rows
+    of equal values (a KV cache the same size under two shapes) show as nested markers, not one line hiding
+    another."""
+    return {"color": f"C{k % 10}", "marker": _MARKS[k % len(_MARKS)], "mfc": "none", "ms": max(3.0, 10.0 - 0.7 * k),
+            "lw": 1.0, "ls": ["-", "--", ":", "-."][(k // 10) % 4]}
+
+
 def _legend_outside(fig: Figure, ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -111,18 +122,18 @@ def plot(table: pd.DataFrame, path: Path, title: str = "inference") -> Path:
     fig = Figure(figsize=(5 * (len(batches) + 1), 4.2), layout="constrained")
     for i, batch in enumerate(batches):
         ax = fig.add_subplot(1, len(batches) + 1, i + 1)
-        for row, g in table[table["batch"] == batch].groupby("row", sort=False):
-            ax.plot(g["src_len"], g["decode_tok_s"], marker="o", label=row)
+        for k, (row, g) in enumerate(table[table["batch"] == batch].groupby("row", sort=False)):
+            ax.plot(g["src_len"], g["decode_tok_s"], label=row, **_nested(k))
         ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="decode tokens/s",
                title=f"decoding, batch {batch}")
         _source_axis(ax, table)
         _log_values(ax)
     ax = fig.add_subplot(1, len(batches) + 1, len(batches) + 1)
     first = table[table["batch"] == batches[0]]
-    for row, g in first.groupby("row", sort=False):
-        ax.plot(g["src_len"], g["kv_bytes_per_sentence"] / 2**10, marker="o", label=row)
+    for k, (row, g) in enumerate(first.groupby("row", sort=False)):
+        ax.plot(g["src_len"], g["kv_bytes_per_sentence"] / 2**10, label=row, **_nested(k))
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="KiB",
-           title="KV cache per sentence after decoding (measured)")
+           title="KV cache per sentence (measured)")
     _source_axis(ax, table)
     _log_values(ax)
     fig.suptitle(f"{title}: decoding speed and KV cache by source length", fontsize=10)

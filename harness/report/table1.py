@@ -269,24 +269,34 @@ def plot_table1_time(title: str, table: pd.DataFrame, curves: dict, var: str, pa
 
 
 def plot_table1_paths(title: str, table: pd.DataFrame, curves: dict, path: Path) -> Path | None:
-    """Measured maximum path length (solid, the row's marker) against the formula (dashed, x) per layer, against n;
-    a colour and marker a row past ten rows, the legend outside the axes."""
-    fig = Figure(figsize=(10, 5), layout="constrained")
-    ax = fig.add_subplot()
-    for i, r in enumerate(table.to_dict("records")):
-        c, style = curves.get(r["row"], {}), series_style(i)
+    """Measured maximum path length (solid, o) against the formula (dashed, x), against n: one small panel a row,
+    on shared axes. On one axes eleven rows' two lines each lay on top of each other (most paths are 1, or the
+    same few layers), and rows ten apart shared a colour and the formula's style."""
+    drawn = [(r, curves.get(r["row"], {})) for r in table.to_dict("records")]
+    drawn = [(r, c) for r, c in drawn if c.get("path_measured") or c.get("path_formula")]
+    if not drawn:
+        return None                    # nothing measured: a plot would carry no information
+    cols = min(4, len(drawn))
+    rows = math.ceil(len(drawn) / cols)
+    fig = Figure(figsize=(3.2 * cols, 2.4 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+    for ax, (r, c) in zip(axes, drawn):
         if c.get("path_measured"):
-            ax.plot(*zip(*c["path_measured"]), color=style["color"], ls=style["ls"], marker=style["marker"], lw=1.2,
-                    label=f"{r['row']} measured")
+            ax.plot(*zip(*c["path_measured"]), "o-", color="C0", lw=1.2, ms=4, label="measured")
         if c.get("path_formula"):
-            ax.plot(*zip(*c["path_formula"]), "x--", color=style["color"], lw=1, alpha=0.7,
-                    label=f"{r['row']} formula ({r['paper_path'] or '?'})")
-    if ax.get_legend_handles_labels()[0]:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+            ax.plot(*zip(*c["path_formula"]), "x--", color="C1", lw=1, ms=6, label="formula")
+        ax.set_title(f"{r['row']}: {r['paper_path'] or '?'}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    legend = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    for ax in axes[len(drawn):]:
+        ax.set_axis_off()
+    if len(drawn) < len(axes):         # in the grid's first empty cell (a figure legend runs into the title)
+        axes[len(drawn)].legend(list(legend.values()), list(legend), loc="center", fontsize=8)
     else:
-        return None
-    ax.set(xlabel="sequence length n", ylabel="maximum path length (layers; RNN: steps)",
-           title=f"{title}: path from input 0 to output n-1, measured vs formula")
+        fig.legend(list(legend.values()), list(legend), loc="outside right upper", fontsize=8)
+    fig.supxlabel("sequence length n", fontsize=9)
+    fig.supylabel("maximum path length (layers; RNN: steps)", fontsize=9)
+    fig.suptitle(f"{title}: path from input 0 to output n-1, measured vs the paper's formula", fontsize=10)
     return save_png(fig, path)
 
 
