@@ -145,8 +145,8 @@ def plot_ttft(table: pd.DataFrame, path: Path, title: str = "inference") -> Path
     fig = Figure(figsize=(6, 4.2), layout="constrained")
     ax = fig.add_subplot()
     batch = table["batch"].max()
-    for row, g in table[table["batch"] == batch].groupby("row", sort=False):
-        ax.plot(g["src_len"], g["ttft_ms"], marker="o", label=row)
+    for k, (row, g) in enumerate(table[table["batch"] == batch].groupby("row", sort=False)):
+        ax.plot(g["src_len"], g["ttft_ms"], label=row, **_nested(k))
     ax.set(xscale="log", yscale="log", xlabel="source tokens", ylabel="ms",
            title=f"{title}: time to first token, batch {batch}")
     _source_axis(ax, table)
