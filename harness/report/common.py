@@ -1080,9 +1080,9 @@ def sci_log_labels(axis) -> None:
     """A log axis of large counts (training FLOPs) labelled in scientific notation at enough ticks to read a value:
     at 1, 2 and 5 of each decade where it spans one to three decades (FLOPs from 2e13 to 7e14 otherwise carry the
     one label 10^14); the decades alone past three. Under one decade the ticks are a linear axis's round numbers
-    (6, 8, 10, 12, 14) on the log scale, with their common power of ten written once at the axis's end: a log
-    axis's own ticks there (6, 7, 8, 9 x 10^14) crowd toward its top until their labels touch. Call it after
-    plotting."""
+    on the log scale, each labelled by its mantissa (0.6, 0.8, 1.0, 1.2, 1.4) with the common power of ten (x10^15)
+    written once at the axis's end: a log axis's own ticks there (6, 7, 8, 9 x 10^14) crowd toward its top until
+    their labels touch. Call it after plotting."""
     axis.axes.autoscale_view()
     low, high = sorted(axis.get_view_interval())
     if low <= 0 or high > 1000 * low:
