@@ -226,3 +226,28 @@ def test_threshold_claims_hold_fail_or_stay_open_by_their_interval():
     assert verdicts([0.4, None, None], [0.9, 0.8, 0.85], [40.0, 41.0, 45.0]) == {
         "heads_attention_predicts_importance": "inconclusive", "heads_mostly_prunable": "holds",
         "heads_track_long_agreement": "holds"}
+
+
+def test_several_heads_from_one_word_end_side_by_side():
+    """Figure 3's eight heads drew their lines from one word onto the same points, and the translucent colours
+    blended into greys no legend entry matched: each head's lines now end at its own place under the word, in
+    head order, within the word's slot."""
+    from matplotlib.figure import Figure
+
+    from harness.report.heads import draw_lines
+    words = ["a", "b", "c"]
+    maps = [[[0.0, 0.0, 0.0], [0.5, 0.25, 0.25], [0.0, 0.0, 0.0]]] * 3
+    ax = Figure().add_subplot()
+    draw_lines(ax, words, maps, [0, 1, 2], word=1)
+    ends = {}
+    for line in ax.get_lines():
+        xs, ys = line.get_data()
+        if len(xs) == 2:
+            ends.setdefault(line.get_color(), []).append(xs[1])
+    assert len(ends) == 3                                               # a colour a head
+    for j in range(3):                                                  # under word j: one end a head, apart
+        under = sorted(x[j] for x in ends.values())
+        assert len(set(under)) == 3 and all(abs(x - j) < 0.5 for x in under)
+    single = Figure().add_subplot()
+    draw_lines(single, words, maps[:1], [0])                            # one head, every word: on the word itself
+    assert all(line.get_data()[0][1] in (0, 1, 2) for line in single.get_lines() if len(line.get_data()[0]) == 2)

@@ -25,14 +25,17 @@ def _label(layer: int, head: int) -> str:
 def draw_lines(ax, words: list[str], maps: list, heads: list[int], word: int | None = None) -> None:
     """The paper's line drawing (its Figures 3-5, after tensor2tensor's): the sentence along the top (from) and
     again along the bottom (to), a line from word i to word j as opaque as head h's attention p_ij, a colour
-    per head; only the lines from `word` where one is given."""
+    per head; only the lines from `word` where one is given. Several heads' lines from one word end side by side
+    under their word (a fan 0.6 of a word wide, in head order), not on one point: drawn over each other, eight
+    translucent colours blended into greys no legend entry matched."""
     n = len(words)
+    fan = 0.6 / len(heads) if word is not None and len(heads) > 1 else 0.0
     for k, (h, m) in enumerate(zip(heads, maps)):
-        color = f"C{h % 10}"
+        color, shift = f"C{h % 10}", (k - (len(heads) - 1) / 2) * fan
         for i in (range(n) if word is None else [word]):
             for j in range(n):
                 if m[i][j] > 0.02:
-                    ax.plot([i, j], [1, 0], color=color, alpha=min(1.0, float(m[i][j])),
+                    ax.plot([i, j + shift], [1, 0], color=color, alpha=min(1.0, float(m[i][j])),
                             lw=2.0 if word is not None else 1.2)
     for i, w in enumerate(words):
         weight = "bold" if i == word else "normal"
