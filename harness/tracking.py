@@ -34,6 +34,9 @@ RUN_POINTER = "mlflow_run.json"     # in a trial's run directory: its tracking U
 # is model training: then it opens the runs table.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 _SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "databricks")
+# A report reads one small JSON artifact per trial; MLflow draws a progress bar for each download, three lines of
+# "Downloading artifacts" between the report's own. Off unless the user turned it on.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def tracking_uri() -> str:
