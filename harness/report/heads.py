@@ -87,15 +87,19 @@ def draw_figures(figures: dict, out_dir: Path, stem: str = "heads", title: str |
     panels = [(f"Fig. {k[-1]}, L{f['layer'] + 1} H{h + 1}", f["words"], m)
               for k, f in (("fig3", f3), ("fig4", f4), ("fig5", f5)) if f
               for h, m in list(zip(f["heads"], f["maps"]))[:2 if k == "fig3" else None]]
-    if panels:
-        fig = Figure(figsize=(3.4 * len(panels), 3.6), layout="constrained")
-        for ax, (name, words, m) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+    if panels:      # three to a row: six in one row drew each word in 6-point type on a page-wide strip
+        cols = min(3, len(panels))
+        fig = Figure(figsize=(4.4 * cols, 4.4 * math.ceil(len(panels) / cols)), layout="constrained")
+        axes = fig.subplots(math.ceil(len(panels) / cols), cols, squeeze=False).ravel()
+        for ax, (name, words, m) in zip(axes, panels):
             top = max(max(row) for row in m)          # each panel to its own largest probability (its colour bar)
             image = ax.imshow(m, cmap="Blues", vmin=0, vmax=top)
-            fig.colorbar(image, ax=ax, shrink=0.7)
-            ax.set_xticks(range(len(words)), words, rotation=90, fontsize=6)
-            ax.set_yticks(range(len(words)), words, fontsize=6)
-            ax.set_title(name, fontsize=8)
+            fig.colorbar(image, ax=ax, shrink=0.8)
+            ax.set_xticks(range(len(words)), words, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(words)), words, fontsize=8)
+            ax.set_title(name, fontsize=9)
+        for ax in axes[len(panels):]:
+            ax.set_axis_off()
         save(fig, "heatmaps")
     return paths
 
