@@ -719,6 +719,34 @@ def test_table1_paths_draw_one_panel_a_row_with_its_formula(tmp_path, monkeypatc
     assert any(ax.get_legend() is not None for ax in fig.axes)            # in the grid's spare cell
 
 
+@pytest.mark.parametrize("prefer_apart", [True, False], ids=["apart", "first-free"])
+def test_a_name_is_not_written_against_another_points_marker(prefer_apart, monkeypatch):
+    """scaling_dk's plot wrote "scaled_dk256" left of its point, just above the base row's marker, where it read as
+    base's. A name goes first to a free place that keeps half a line from every other marker; with that preference
+    off (every place counts as apart) the flaw is back."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    import harness.report.common as common
+    if not prefer_apart:
+        monkeypatch.setattr(common, "apart", lambda *a: True)
+    points = {"base": (0.542, 81.4, 0.3), "additive_dk256": (0.77, 85.2, 1.5), "scaled_dk256": (0.77, 83.6, 1.0),
+              "far": (1.66, 40.0, 1.0)}
+    fig = Figure(figsize=(6.5, 4.8))
+    ax = fig.add_subplot()
+    xs, ys, errs = (list(v) for v in zip(*points.values()))
+    ax.errorbar(xs, ys, yerr=errs, fmt="o")
+    ax.set_xlim(0.5, 1.85)
+    texts = common.place_labels(ax, list(points), xs, ys, errs)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    box = next(Text.get_window_extent(t, renderer) for t in texts if t.get_text() == "scaled_dk256")
+    px, py = ax.transData.transform(points["base"][:2])
+    near_base = box.x0 - box.height < px < box.x1 + box.height and box.y0 - box.height < py < box.y1 + box.height
+    assert near_base != prefer_apart
+
+
 def test_a_plot_with_nothing_of_the_study_is_not_drawn(tmp_path):
     # Table 2's utilization bars with none of ours (only the paper's two), Table 1's timings and paths with no row
     # timed: each would say nothing of the study, so none is drawn (the report then links no picture).

@@ -147,7 +147,8 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
     """Write each name beside its point (x, y in data units, with its error bar's half-height in `errs`): right of
     it where that box is free, else left of it, else centred above it (over its error bar), else below it. A box is
     free where it overlaps no name written before it, no marker or error bar, no legend and nothing outside the
-    axes; names go in from the highest point down. The names that fit nowhere beside their points (a run of rows of
+    axes, and a free place half a line from every other point's marker comes before one beside another point
+    (`apart`); names go in from the highest point down. The names that fit nowhere beside their points (a run of rows of
     one size and close scores) go in one column, at the first x right of them where every one of them is free and,
     where such an x exists, no line runs through another point's marker; top to bottom in their points' order, each
     joined to its point by a thin line, so the lines do not cross. A name beside its point that one of those lines
@@ -184,7 +185,8 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
                        for m in marks if not m.contains(*pts[j]))
     spots, rest, flipped = {}, [], set()
     for i in sorted(range(len(names)), key=lambda i: (-pts[i][1], pts[i][0])):
-        box = next((b for b in sides(i) if free(b)), None)
+        box = next((b for b in sides(i) if free(b) and apart(b, marks, i, sizes[i][1] / 2)), None) \
+            or next((b for b in sides(i) if free(b)), None)           # a free place near no other point first
         if box is None:
             rest.append(i)
         else:
@@ -219,6 +221,14 @@ def place_labels(ax, names: list[str], xs: list[float], ys: list[float], errs: l
                                  arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0,
                                              "shrinkB": 2} if i in rest else None))
     return texts
+
+
+def apart(box, marks: list, own: int, pad: float) -> bool:
+    """Whether box keeps `pad` pixels from every marker but its own point's (marks[own]): a name written just
+    above another point reads as that point's."""
+    from matplotlib.transforms import Bbox
+    wide = Bbox.from_extents(box.x0 - pad, box.y0 - pad, box.x1 + pad, box.y1 + pad)
+    return not any(wide.overlaps(m) for k, m in enumerate(marks) if k != own)
 
 
 def text_sizes(ax, names: list[str], fontsize: float, renderer) -> list[tuple[float, float]]:
