@@ -270,10 +270,15 @@ def label_column(rest: list[int], sizes: list[tuple[float, float]], pts: list[tu
     start = max(p[0] for p in pts) + lead
     column = lambda x: {i: Bbox.from_bounds(x, y - h / 2, sz[0], h)  # noqa: E731
                         for i, y, sz in zip(rest, heights, sizes)}
-    fits = [x for x in (start + k * lead / 3 for k in range(int(max(0.0, frame.x1 - w - start) * 3 / lead) + 1))
-            if all(free(b) for b in column(x).values())]
-    if fits:
-        return next((column(x) for x in fits if clear is None or clear(column(x))), column(fits[0]))
+    first = None
+    for k in range(int(max(0.0, frame.x1 - w - start) * 3 / lead) + 1):   # the first free x that is clear ends it
+        boxes = column(start + k * lead / 3)
+        if all(free(b) for b in boxes.values()):
+            if clear is None or clear(boxes):
+                return boxes
+            first = first or boxes
+    if first is not None:
+        return first
     return column(min(start, frame.x1 - w)) if overlap else None
 
 

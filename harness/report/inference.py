@@ -20,6 +20,7 @@ from harness.report.common import (
     plot_title,
     row_order,
     save_png,
+    series_style,
     write_files,
 )
 
@@ -107,8 +108,8 @@ def _nested(k: int) -> dict:
     """The k-th row's line: its own colour and hollow marker, each row's marker smaller than the last, so that rows
     of equal values (a KV cache the same size under two shapes) show as nested markers, not one line hiding
     another."""
-    return {"color": f"C{k % 10}", "marker": _MARKS[k % len(_MARKS)], "mfc": "none", "ms": max(3.0, 10.0 - 0.7 * k),
-            "lw": 1.0, "ls": ["-", "--", ":", "-."][(k // 10) % 4]}
+    return {**series_style(k), "marker": _MARKS[k % len(_MARKS)], "mfc": "none", "ms": max(3.0, 10.0 - 0.7 * k),
+            "lw": 1.0}
 
 
 def _legend_outside(fig: Figure, ax) -> None:
