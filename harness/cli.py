@@ -241,7 +241,8 @@ def _cmd_report(args) -> int:
     from harness.report.writers import compare_reports, report_all
     studies = [args.study] if args.study else None
     # --record: each record file is read as a store of its one invocation, in place of MLflow
-    uris = [tracking.record_uri(p) for p in args.record] if args.record else None
+    # (the slices of one study, profile and name, `run --slices`, assemble into one report)
+    uris = tracking.record_uris(args.record) if args.record else None
     source = "the records" if args.record else "the store"
     if args.check:                  # regenerate apart, compare, write nothing (neither args.out nor MLflow)
         import tempfile
@@ -459,6 +460,12 @@ def _add_run(sub) -> None:
     run.add_argument("--resume", action="store_true", help="continue the latest invocation; finished trials are kept")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: RAY_ADDRESS, else a local Ray)")
     run.add_argument("--runs-dir", default="runs/studies", help="where trial directories and checkpoints go")
+    # const: harness.study.runner.SLICES_HERE
+    run.add_argument("--slices", nargs="?", const="here", default=None, metavar="DIR",
+                     help="run as a slice of the study: skip every trial a slice record in DIR holds (same row, seed "
+                          "and configuration hash), and write this invocation's record there as each trial finishes "
+                          "(default DIR: reports/[PROFILE/][NAME/]STUDY.slices); `report --record DIR/*.slice.json.gz` "
+                          "assembles the slices into one report")
     run.add_argument("--quiet", action="store_true", help="no live view of the study's progress")
     run.add_argument("--verbose", action="store_true", help="let Ray's and MLflow's own banners and INFO lines through")
     run.set_defaults(func=_cmd_run)
@@ -497,7 +504,9 @@ def _add_report(sub) -> None:
                           "(implies --replace)")
     rep.add_argument("--record", nargs="+", type=Path, default=None, metavar="FILE",
                      help="regenerate from these records (the STUDY.record.json.gz that report writes beside each "
-                          "report, e.g. reports/statements.record.json.gz) instead of the MLflow store")
+                          "report, e.g. reports/statements.record.json.gz) instead of the MLflow store; the slices of "
+                          "one study, profile and name (`run --slices`: reports/PROFILE/STUDY.slices/*.slice.json.gz) "
+                          "assemble into one report, each trial once")
     rep.add_argument("--check", action="store_true",
                      help="regenerate the reports in a temporary folder and compare them with those under --out, "
                           "file by file; writes nothing; exit 1 where any differs (a committed report gone stale)")

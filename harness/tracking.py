@@ -438,6 +438,35 @@ def _study_results(uri: str, study: str, profile: str | None, variant: str) -> d
             "runs": runs}
 
 
+def slice_reads(uri: str, parent_id: str, study_rows: list[str]) -> record.Reads | None:
+    """A slice's record (`run --slices`): an invocation's parent run and its FINISHED trials, each with every metric
+    history and top-level JSON artifact it logged, so that any report of the study can be made from it; None while
+    no trial has finished. study_rows: every row of its profile in the study file's order (assembly orders by it)."""
+    client = MlflowClient(uri)
+    parent = client.get_run(parent_id)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = {_quote(parent_id)}")
+    if not len(runs) or not (runs["status"] == "FINISHED").any():
+        return None
+    runs = runs[runs["status"] == "FINISHED"].reset_index(drop=True)
+    runs = runs[[c for c in runs.columns if "." not in c] + sorted(c for c in runs.columns if "." in c)]
+    tags = {k: v for k, v in parent.data.tags.items() if k not in _PUBLISHED_TAGS}
+    reads = record.Reads(results={"parent": {
+        "run_id": parent_id, "status": parent.info.status, "start_time": parent.info.start_time,
+        "tags": {**tags, "study_rows": ",".join(study_rows)}, "params": dict(parent.data.params),
+        "metrics": dict(parent.data.metrics), "study_wall_seconds": study_wall_seconds(uri, parent_id)},
+        "runs": runs})
+    for run_id in runs["run_id"]:
+        for key in sorted(client.get_run(run_id).data.metrics):
+            reads.history(run_id, key, [(m.step, m.value) for m in client.get_metric_history(run_id, key)])
+        for art in client.list_artifacts(run_id):
+            if not art.is_dir and art.path.endswith(".json"):
+                reads.artifact(run_id, art.path, _artifact_json(uri, run_id, art.path))
+        reads.complete.append(run_id)
+    return reads
+
+
 def _beats(client, run_id: str) -> tuple[float | None, int | None]:
     """A parent run's heartbeat (invocation_wall_seconds, step = the invocation): the wall time summed over its
     invocations (the last figure each logged; None: none logged) and when the latest beat came (ms)."""
@@ -566,9 +595,21 @@ def recording() -> Iterator[record.Reads]:
         _RECORDING.pop()
 
 
-def record_uri(path: Path) -> str:
-    """The tracking URI that reads a record file as a store of its one invocation."""
-    return record.SCHEME + str(Path(path).resolve())
+def record_uri(path: Path | list[Path]) -> str:
+    """The tracking URI that reads a record file as a store of its one invocation; several records (slices of one
+    study, profile and name) are read as one invocation of all their trials (record.assemble)."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    return record.SCHEME + record.SEPARATOR.join(str(Path(p).resolve()) for p in paths)
+
+
+def record_uris(paths: list[Path]) -> list[str]:
+    """`report --record FILE ..`: one URI for each study, profile and name among the records, so that the slices of
+    one study (and a report's record given beside them) assemble into one report."""
+    groups: dict[tuple[str, str, str], list[Path]] = {}
+    for path in paths:
+        rec = record.load(path)
+        groups.setdefault((rec.study, rec.profile, rec.variant), []).append(Path(path))
+    return [record_uri(group) for group in groups.values()]
 
 
 def is_record(uri: str) -> bool:
@@ -579,11 +620,12 @@ def record_of(uri: str) -> record.Record | None:
     """The record a `record:` URI names (None for any other URI), read again when its file changed."""
     if not is_record(uri):
         return None
-    path = Path(uri[len(record.SCHEME):])
-    stat = path.stat() if path.is_file() else None
-    key = f"{uri}|{stat.st_mtime_ns if stat else 0}|{stat.st_size if stat else 0}"
+    paths = [Path(p) for p in uri[len(record.SCHEME):].split(record.SEPARATOR)]
+    stats = [p.stat() if p.is_file() else None for p in paths]
+    key = uri + "".join(f"|{s.st_mtime_ns if s else 0}|{s.st_size if s else 0}" for s in stats)
     if key not in _RECORDS:
-        _RECORDS[key] = record.load(path)
+        loaded = [record.load(p) for p in paths]
+        _RECORDS[key] = loaded[0] if len(loaded) == 1 else record.assemble(loaded)
     return _RECORDS[key]
 
 

@@ -42,17 +42,43 @@ def committed_reports() -> list[Path]:
     return sorted(p for p in (ROOT / "reports").rglob("*.md") if p.name != "README.md")
 
 
+SLICE = re.compile(r"^- slice \d+: command `([^`]*)` · commit `([0-9a-f]{7,40}|\?)`", re.M)
+
+
 def _invocation(text: str) -> tuple[str, str, list[str] | None, dict]:
-    """The study file, profile, --rows and --set of the command a report names in its header."""
-    command = re.search(r"^- command: `([^`]*)`", text, re.M)
+    """The study file, profile, --rows and --set of the command a report names in its header; for a report assembled
+    from slices, of the union of its slices' commands (their rows together; one set of --set, or the slices would
+    not have assembled)."""
+    commands = [m[0] for m in SLICE.findall(text)] or re.findall(r"^- command: `([^`]*)`", text, re.M)[:1]
     profile = re.search(r"profile `([^`]+)`", text)
-    if not command or not profile:
+    if not commands or not profile:
         raise AssertionError("the report names no command or profile in its header")
-    args = shlex.split(command.group(1))
-    path = next(a for a in args if a.endswith(".yaml"))
-    rows = args[args.index("--rows") + 1].split(",") if "--rows" in args else None
-    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    return path, profile.group(1), rows, parse_sets(sets)
+    paths, rows, sets = set(), [], []
+    for command in commands:
+        args = shlex.split(command)
+        paths.add(next(a for a in args if a.endswith(".yaml")))
+        rows.append(args[args.index("--rows") + 1].split(",") if "--rows" in args else None)
+        sets.append([args[i + 1] for i, a in enumerate(args) if a == "--set"])
+    if len(paths) > 1 or any(s != sets[0] for s in sets):
+        raise AssertionError(f"the slices name other study files or --set: {sorted(paths)}, {sets}")
+    union = None if any(r is None for r in rows) else list(dict.fromkeys(r for rs in rows for r in rs))
+    held = [k.rsplit("-s", 1)[0] for line in re.findall(r"^- slice \d+: .* · trials: (.*)$", text, re.M)
+            for k in line.split(", ") if "-s" in k]
+    if held:      # an assembly shows the rows its slices finished so far: of the rows their commands run
+        kept = list(dict.fromkeys(held))
+        if union is not None and not set(kept) <= set(union):
+            raise AssertionError(f"the slices hold rows {sorted(set(kept) - set(union))} their commands do not run")
+        union = kept
+    return paths.pop(), profile.group(1), union, parse_sets(sets[0])
+
+
+def _commits(text: str) -> set[str]:
+    """The commits the report's trials ran at: its git SHA and latest --resume's, or every slice's."""
+    found = {sha for _, sha in SLICE.findall(text) if sha != "?"}
+    found |= set(re.findall(r"^- git SHA: `([0-9a-f]{7,40})`", text, re.M)[:1])
+    found |= set(re.findall(r"^- its latest --resume ran at commit `([0-9a-f]{7,40})`", text, re.M)[:1])
+    found |= set(re.findall(r"^  - its latest --resume: `[^`]*` at commit `([0-9a-f]{7,40})`", text, re.M))
+    return found
 
 
 def _section(text: str, title: str) -> list[str] | None:
@@ -94,9 +120,8 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
             found.append(("departures", f"{sorted(set(have) ^ set(want))} differ"))
     # Claims: ids, wording and margin or threshold, and each verdict's registration status.
     claims = expected_claims(study.name, claims_file)
-    sha = (re.search(r"^- git SHA: `([0-9a-f]{7,40})`", text, re.M) or [None, None])[1]
-    # a study resumed at a later commit names that one too; its trials trained at both
-    later = (re.search(r"^- its latest --resume ran at commit `([0-9a-f]{7,40})`", text, re.M) or [None, None])[1]
+    # a study resumed at a later commit names that one too (its trials trained at both), an assembly every slice's
+    shas = _commits(text)
     section = _section(text, "Claims") or []
     table = [ln for ln in section if ln.startswith("| `")]
     if claims and not section:
@@ -121,7 +146,7 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
         if REGISTRATION_HEADER in header:
             # The status computed now for the runs' commit must be the one printed: a claim whose rows, metric,
             # direction or margin changed since the report was made is no longer what the report's verdict judged.
-            now = registration(cid, {sha} | ({later} if later else set())) if sha else ""
+            now = registration(cid, shas) if shas else ""
             said = cells[7] if len(cells) >= 8 else ""
             if len(cells) < 8 or (now and not now.startswith("unknown") and not said.startswith("unknown")
                                   and said != now):

@@ -38,7 +38,7 @@ from harness.errors import UserError
 from harness.io import atomic_write, atomic_writer
 from harness.measure.registry import SectionContext, by_section_rank
 from harness.metrics import claim_metrics, ending_step, ending_words, run_ending
-from harness.report import claims
+from harness.report import claims, slices
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
 
@@ -442,9 +442,14 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
     # the last invocation's; wall_seconds is logged when an invocation ends, so only a closed one pairs them
     closed = parent.get("status") in ("FINISHED", "FAILED")
     prep = f"data preparation {metrics['prepare_seconds']:.0f} s" if closed and metrics.get("prepare_seconds") else ""
-    lines = [f"# {study}" + (f": {caption}" if caption else ""), "",
-             *(_caption_note(results) if caption and paper_caption else []),
-             "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", "",
+    opening = [f"# {study}" + (f": {caption}" if caption else ""), "",
+               *(_caption_note(results) if caption and paper_caption else []),
+               "Generated from MLflow by `python -m harness report`; regenerate it, do not edit it.", ""]
+    assembled = slices.slices_of(parent)
+    if assembled is not None:          # slices of the study (`run --slices`), assembled: every slice's provenance
+        lines = opening + slices.header(study, parent, runs, assembled) + _versions_line(tags, runs)
+        return _closing_lines(lines, parent, runs, cpu, signatures)
+    lines = [*opening,
              provenance_line(parent), "",
              f"- command: `{tags.get('command', '?')}`" + (
                  f"; its latest --resume: `{tags['command_last']}`"
@@ -466,6 +471,13 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
                      f"(the last {num(wall, '{:.0f}')} s{f', of it {prep}' if prep else ''}), "
                      "Ray + MLflow overhead share of the last "
                      f"{num(None if share is None else 100 * share, '{:.1f}')} %")
+    return _closing_lines(lines, parent, runs, cpu, signatures)
+
+
+def _closing_lines(lines: list[str], parent: dict, runs: pd.DataFrame, cpu: float | None,
+                   signatures: list[str]) -> list[str]:
+    """The header's last lines, one invocation's or an assembly's: CPU-hours, the stopping rule, the sacreBLEU
+    signature, then the departures from the paper."""
     if cpu is not None:
         lines.append(f"- CPU time of the trials: {cpu / 3600:.2f} CPU-hours (each trial's wall time, across its "
                      "interruptions, times its threads)")
@@ -473,7 +485,7 @@ def header_lines(study: str, results: dict, caption: str | None = None, paper_ca
     if signatures:
         lines.append(f"- sacreBLEU signature: `{'`, `'.join(signatures)}`")
     lines.append("")
-    return lines + departure_lines(tags, parent["params"].get("rows", ""))
+    return lines + departure_lines(parent["tags"], parent["params"].get("rows", ""))
 
 
 def _value(v) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_TRIALS = re.compile(r"MLflow parent run `[0-9a-f]+` \(experiment `[^`]*`, status \w+\), (\d+) trials, (\d+|\?) failed")
+_TRIALS = re.compile(r"(?:MLflow parent run|assembly) `[0-9a-f]+`(?: of \d+ slices)? \(experiment `[^`]*`, "
+                     r"status \w+\), (\d+) trials, (\d+|\?) failed")
 _SEEDS = re.compile(r"^(\d+)(?:/(\d+))?")
 _VERDICT = re.compile(r"\*\*(holds|contradicted|inconclusive|not run)\*\*")
 

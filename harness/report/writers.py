@@ -66,7 +66,7 @@ def _headline(ev: Evidence) -> str:
     return "**" + "; ".join(parts) + "** · " if parts else ""
 
 
-_WALL = re.compile(r"^- wall time (\d+(?:\.\d+)?) (s|h)( over \d+ invocations)?", re.M)
+_WALL = re.compile(r"^- wall time (\d+(?:\.\d+)?) (s|h)( over \d+ (?:invocations|slices))?", re.M)
 _CPU_HOURS = re.compile(r"^- CPU time of the trials: (\d+(?:\.\d+)?) CPU-hours", re.M)
 _RULE = re.compile(r"^- the patience rule stopped (\d+) of the (\d+) finished trials? that trained under it", re.M)
 
@@ -115,7 +115,7 @@ def index_text(out_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-_PARENT_RUN = re.compile(r"MLflow parent run `([0-9a-f]+)`")
+_PARENT_RUN = re.compile(r"(?:MLflow parent run|^- assembly) `([0-9a-f]+)`", re.M)
 
 
 def _replaces_another(study: str, index_dir: Path, results: dict) -> str | None:

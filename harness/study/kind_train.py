@@ -192,7 +192,7 @@ def load(file: StudyFile, sel: Selection) -> Study:
     if not isinstance(notes, list) or not all(isinstance(n, str) and n.strip() for n in notes):
         chk.fail(f"{where}.departure_notes", "must be a list of sentences (departures no setting shows)")
     return Study(**file.head, profile=profile, rows=chosen, seeds=seeds, resources=needs, requires=requires,
-                 trials=trials, departure_notes=[" ".join(n.split()) for n in notes])
+                 trials=trials, departure_notes=[" ".join(n.split()) for n in notes], all_rows=runs_rows)
 
 
 def explain(file: StudyFile, sel: Selection, row: str) -> list[tuple[str, object, str]]:

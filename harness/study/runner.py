@@ -9,6 +9,7 @@ own child run. FIFO scheduling (no early stopping): every row trains the same bu
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness import overrides
+from harness import overrides, record
 from harness.data.sources import prepare_command
 from harness.errors import UserError
 from harness.io import check_writable
@@ -32,7 +33,7 @@ from harness.study.estimate import Timing
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
 from harness.system import git_state, hardware_tags, versions
-from harness.tracking import VARIANT_TAG, StudyTracking, share_view, tracking_uri
+from harness.tracking import VARIANT_TAG, StudyTracking, share_view, slice_reads, tracking_uri
 from harness.trial import Trial, spec_key
 
 
@@ -215,6 +216,9 @@ class StudyRequest:
     quiet: bool = False                 # no live view
     verbose: bool = False               # Ray's and MLflow's own banners too
     command: str = field(default="", compare=False)   # as typed (the CLI's); "" : written out from the request
+    # a slice of the study: skip the trials the slice records in this folder hold and write this invocation's
+    # record there as each trial finishes; SLICES_HERE: reports/[PROFILE/][NAME/]STUDY.slices
+    slices: str | Path | None = None
 
     @classmethod
     def from_args(cls, args) -> "StudyRequest":
@@ -223,7 +227,8 @@ class StudyRequest:
         return cls(args.study, args.profile, rows, seeds, tuple(args.set), args.dry_run, args.tflops, args.measure,
                    args.devices, getattr(args, "name", "") or "", args.resume, args.address, args.runs_dir,
                    getattr(args, "quiet", False), getattr(args, "verbose", False),
-                   " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]))
+                   " ".join(["python -m harness"] + [shlex.quote(a) for a in sys.argv[1:]]),
+                   getattr(args, "slices", None))
 
     def parsed_sets(self) -> dict[str, dict]:
         """`sets` by section, typed (overrides.parse_sets)."""
@@ -249,6 +254,8 @@ class StudyRequest:
         for key, value in sets:
             parts += ["--set", f"{key}={value}"]
         parts += [flag for flag, on in (("--resume", self.resume), ("--quiet", self.quiet)) if on]
+        if self.slices is not None:
+            parts += ["--slices"] + ([str(self.slices)] if str(self.slices) != SLICES_HERE else [])
         parts += [f"--name {self.name}"] * bool(self.name) + [f"--address {self.address}"] * bool(self.address)
         return " ".join(shlex.quote(p) if " " not in p else p for p in parts)
 
@@ -281,6 +288,13 @@ def run_study(request: StudyRequest) -> int:
     if parent is not None:
         _backfill_finished(tracking, parent)
     todo = _todo(tracking, study, parent, args.resume)
+    folder = slices_folder(study, name, args.slices) if args.slices is not None else None
+    if folder is not None and todo:
+        kept = _not_held(todo, study, name, folder)
+        held = {t.key for t in todo} - {t.key for t in kept}   # this invocation's trials are the rest
+        study, todo = dataclasses.replace(study, trials=[t for t in study.trials if t.key not in held]), kept
+        if not todo and parent is None:
+            return 0
     if not todo:
         _summary(tracking, parent.info.run_id, study)
         return 0
@@ -296,9 +310,12 @@ def run_study(request: StudyRequest) -> int:
                                       args.command_line())
     tracking.log_prepare_seconds(parent_id, prep_seconds, 0 if parent is None else
                                  int(parent.data.tags.get("resume_count", "0")) + 1)
-    # Longest first (by estimated FLOPs): the big row then overlaps the small ones instead of running alone
-    # at the end while the other slots idle.
-    todo = sorted(todo, key=lambda t: -kind.estimated_flops(t))
+    # Breadth first: every row's first seed, then every row's second, ..., so that a study cut short has a whole
+    # table and gains its intervals last. Within a seed, longest first (by estimated FLOPs): the big row then
+    # overlaps the small ones instead of running alone at the end while the other slots idle.
+    rank = {seed: i for i, seed in enumerate(study.seeds)}
+    todo = sorted(todo, key=lambda t: (rank.get(t.seed, len(rank)), -kind.estimated_flops(t)))
+    _SLICE_WRITERS[:] = [] if folder is None else [_SliceWriter(uri, parent_id, study, name, folder)]
     invocation = 0 if parent is None else int(parent.data.tags.get("resume_count", "0")) + 1
     try:
         if parent is not None:
@@ -315,6 +332,82 @@ def run_study(request: StudyRequest) -> int:
         raise
     return _close(tracking, parent_id, study, results, interrupted, concurrency, ray_seconds,
                   time.perf_counter() - t_start, name, prep_seconds)
+
+
+SLICES_HERE = "here"      # `run --slices` without a folder: the study's own, beside its report
+
+
+def slices_folder(study: Study, name: str, given: str | Path) -> Path:
+    """Where a slice's record goes and the records of the study's other slices are: the folder given, else
+    reports/[PROFILE/][NAME/]STUDY.slices beside the report they assemble into (the main profile's at the top)."""
+    if str(given) != SLICES_HERE:
+        return Path(given)
+    folder = Path("reports") / ("." if study.profile in ("tiny", "") else study.profile)
+    return (folder / name if name else folder) / f"{study.name}.slices"
+
+
+def _not_held(todo: list[Trial], study: Study, name: str, folder: Path) -> list[Trial]:
+    """The trials no slice record in `folder` holds (the same row, seed and configuration hash, finished): the rest
+    of a study continued on a machine that has only the committed records, no store and no checkpoints."""
+    held: dict[tuple[str, int], tuple[str, str]] = {}
+    for path in sorted(folder.glob(f"*{record.SLICE_SUFFIX}")) if folder.is_dir() else []:
+        rec = record.load(path)
+        if not rec.matches(study.name, study.profile, name):
+            raise UserError(f"{path} is a slice of study {rec.study}, profile {rec.profile}"
+                            f"{f', name {rec.variant}' if rec.variant else ''}, not of this one; give --slices a "
+                            "folder of this study's slices.")
+        for _, run in record.finished(rec.reads.results["runs"]).iterrows():
+            row, seed, digest = record.identity(run)
+            held.setdefault((row, seed), (digest, path.name))
+    keep, skipped = [], []
+    for t in todo:
+        digest, where = held.get((t.row, t.seed), ("", ""))
+        if digest == t.config_hash:
+            skipped.append(t.key)
+            continue
+        if digest:
+            print(f"{t.key}: {folder / where} holds it under configuration hash {digest}, and the study now gives "
+                  f"{t.config_hash}: it runs again, and that slice will not assemble with this one until its record "
+                  "of the trial is removed")
+        keep.append(t)
+    if skipped:
+        print(f"{study.path}: {len(skipped)} of {len(todo)} trials already held by the slice records in {folder} "
+              f"(skipped: {', '.join(skipped)}); {len(keep)} to run")
+    if not keep:
+        print(f"{study.path}: nothing to run; `python -m harness report --record {folder}/*{record.SLICE_SUFFIX}` "
+              "assembles the report")
+    return keep
+
+
+class _SliceWriter:
+    """Writes a slice's record (record.slice_name in its folder) from the store: after each trial finishes and when
+    the invocation ends, so that a machine lost mid-slice costs only the trials that were running on it."""
+
+    def __init__(self, uri: str, parent_id: str, study: Study, name: str, folder: Path):
+        self.uri, self.parent_id, self.name, self.folder = uri, parent_id, name, folder
+        self.study, self.rows = study.name, study.all_rows or study.rows
+
+    def write(self) -> Path | None:
+        try:
+            reads = slice_reads(self.uri, self.parent_id, self.rows)
+            if reads is None:
+                return None
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = record.save(self.folder / record.slice_name(reads.results["parent"]), reads, self.study, self.name)
+        except Exception as err:  # noqa: BLE001 - the study goes on; the next finished trial writes it again
+            progress.say(f"  warning: the slice record in {self.folder} could not be written "
+                         f"({type(err).__name__}: {str(err)[:160]}); the next finished trial tries again")
+            return None
+        progress.say(f"  slice record: {path}")
+        return path
+
+
+_SLICE_WRITERS: list[_SliceWriter] = []     # this driver's (a module global: Tune pickles its callbacks)
+
+
+def _write_slice() -> None:
+    for writer in _SLICE_WRITERS:
+        writer.write()
 
 
 def _selection(args) -> tuple[list[str] | None, list[int] | None]:
@@ -479,6 +572,16 @@ def _close(tracking: StudyTracking, parent_id: str, study: Study, results: list[
     say what to do next; the exit status. `wall` counts the data's preparation (`prep_seconds`), which the
     overhead account leaves out: it is the study's work, done once in the driver before any trial."""
     done, failed = _summary(tracking, parent_id, study)
+    try:
+        return _closed(tracking, parent_id, study, results, interrupted, concurrency, ray_seconds, wall, name,
+                       prep_seconds, done, failed)
+    finally:
+        _write_slice()          # with the invocation's end: its status, wall time and every finished trial
+
+
+def _closed(tracking: StudyTracking, parent_id: str, study: Study, results: list[dict], interrupted: bool,
+            concurrency: int, ray_seconds: float, wall: float, name: str, prep_seconds: float, done: int,
+            failed: int) -> int:
     cost = overhead_account(results, wall - prep_seconds, concurrency)
     print(f"\nwall {wall:.1f} s (data preparation {prep_seconds:.1f} s), {concurrency} trial(s) at a time; "
           f"trials' own work {cost['work']:.1f} s; "
@@ -550,6 +653,7 @@ def _fit(study: Study, todo: list[Trial], run_dir: Path, ctx: dict,
                 progress.say(f"  {key}: {r.get('summary', '')} ({r.get('trial_seconds', 0):.0f} s)")
                 for line in filter(None, str(r.get("warnings") or "").splitlines()):
                     progress.say(f"  warning [{key}]: {line}")     # raised inside the trial (harness/trial.py)
+                _write_slice()
 
             def on_trial_error(self, iteration, trials, trial, **info):
                 progress.say(f"  {spec_key(trial.config['trial'])}: FAILED")

@@ -58,6 +58,8 @@ class Study:
     # departures from the paper (or the published run a profile reproduces) that no setting shows, e.g. a
     # different BPE tool: the profile's `departure_notes`, printed with the departures in every report
     departure_notes: list[str] = field(default_factory=list)
+    # every row the profile runs, in the study file's order, whichever --rows chose (a slice's record keeps it)
+    all_rows: list[str] = field(default_factory=list)
 
 
 class Checker:
