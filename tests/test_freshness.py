@@ -200,6 +200,23 @@ def test_a_changed_margin_is_caught(tmp_path):
     assert ("claim bound" in {k for k, w in problems(report, edited) if target["id"] in w})
 
 
+def test_every_stale_report_is_marked_stale_wherever_it_is_listed():
+    """A report listed in STALE says so in the index (computed from its text: harness/report/evidence.stale_reason)
+    and in docs/results.md's table, and no fresh report is marked."""
+    from harness.report.evidence import stale_reason
+    index = (ROOT / "reports" / "README.md").read_text(encoding="utf-8")
+    notes = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    for md in committed_reports():
+        name = md.relative_to(ROOT).as_posix()
+        rel = md.relative_to(ROOT / "reports").as_posix()
+        listed = next(ln for ln in index.splitlines() if f"]({rel})" in ln)
+        noted = [ln for ln in notes.splitlines() if ln.startswith("| ") and f"](../{name})" in ln]
+        stale = name in STALE
+        assert bool(stale_reason(md.read_text(encoding="utf-8"), md.stem)) == stale, name
+        assert ("**stale**" in listed) == stale, f"reports/README.md lists {name} {'un' * stale}marked"
+        assert all(("**stale**" in ln) == stale for ln in noted), f"docs/results.md lists {name} {'un' * stale}marked"
+
+
 COUNTS = ("hold", "contradicted", "inconclusive")
 
 

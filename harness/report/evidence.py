@@ -80,3 +80,23 @@ def holds_less(old: Evidence, new: Evidence) -> bool:
     if old.trials is not None and new.trials is not None and new.trials < old.trials:
         return True
     return new.finished < old.finished or bool(set(old.seeds) - set(new.seeds))
+
+
+REGISTRATION_HEADER = "registered before these runs?"
+
+
+def stale_reason(markdown: str, study: str) -> str | None:
+    """Why a written report no longer matches HEAD's claims, as far as its text shows (None: it does): the claim ids
+    of its claims section against claims.yaml's for its study, and the registration column that every claims table
+    now carries. The index marks such a report stale; tests/test_freshness.py checks the rest (its rows and departures
+    against the study file) and that every report it finds stale is marked."""
+    from harness.report.claims import claims_for
+    want = {c.id for c in claims_for(study)}
+    section = markdown.split("\n## Claims\n", 1)[1].split("\n## ", 1)[0] if "\n## Claims\n" in markdown else ""
+    have = set(re.findall(r"^\| `([^`]+)`", section, re.M))
+    why = []
+    if have != want:
+        why.append("its claims are not claims.yaml's" if have else "it has no claims section")
+    if have and REGISTRATION_HEADER not in section:
+        why.append("its verdicts carry no registration status")
+    return " and ".join(why) or None

@@ -21,7 +21,7 @@ from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
 from harness.report.common import _PROVENANCE, declared_table, install_files, load_results, report_folder
-from harness.report.evidence import Evidence, changes, holds_less, read_evidence
+from harness.report.evidence import Evidence, changes, holds_less, read_evidence, stale_reason
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
@@ -110,8 +110,10 @@ def index_text(out_dir: Path) -> str:
             f"{md.stem} ({rel.parent.as_posix()}{', real data' if real else ''})"
         rec = record.record_path(rel)
         rec_link = f", [record]({rec.as_posix()})" if (out_dir / rec).is_file() else ""
+        why = stale_reason(text, md.stem)
+        stale = f"**stale** ({why}: its study is to run again) · " if why else ""
         lines.append(f"- [{name}]({rel.as_posix()}) ([csv]({rel.with_suffix('.csv').as_posix()}){rec_link}): "
-                     f"{headline}{_cost(text)}{prov}")
+                     f"{stale}{headline}{_cost(text)}{prov}")
     return "\n".join(lines) + "\n"
 
 
