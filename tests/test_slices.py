@@ -192,3 +192,17 @@ def test_two_slices_assembled_equal_one_invocation_of_the_same_trials(slices):
                        publish=False)
     assert all(p.read_bytes() == (tmp / "rep-two" / p.relative_to(tmp / "rep-again")).read_bytes()
                for p in again if p.name != "README.md" and p.suffix != ".png")
+
+
+def test_an_assembled_report_gives_the_command_that_trains_each_trial_again():
+    from harness.report.slices import one_trial_command, reproduce_lines
+    cmd = "python -m harness run studies/transformer_tiny.yaml --profile multi30k --seeds 0,1,2 --slices --resume --quiet"
+    assert one_trial_command(cmd, "tiny", "2") == \
+        "python -m harness run studies/transformer_tiny.yaml --profile multi30k --rows tiny --seeds 2"
+    assert one_trial_command("python -m harness run s.yaml --slices /x/y --rows a,b", "b", "0") == \
+        "python -m harness run s.yaml --rows b --seeds 0"
+    slices = [{"command": cmd, "trials": ["tiny-s1"]}, {"command": cmd, "trials": ["tiny-s0", "tiny-s2"]}]
+    line, = reproduce_lines(slices)
+    assert line.count("`python -m harness run") == 3 and "tiny-s2: `python -m harness run" in line
+    many = [{"command": cmd, "trials": [f"r{i}-s0" for i in range(7)]}]
+    assert "--rows ROW --seeds SEED" in reproduce_lines(many)[0]

@@ -9,6 +9,7 @@ assembly (harness/record.py `assemble`) hands the layouts one trials' table, as 
 from __future__ import annotations
 
 import json
+import shlex
 
 import pandas as pd
 
@@ -57,6 +58,39 @@ def slice_lines(slices: list[dict]) -> list[str]:
     return lines
 
 
+_DROPPED = {"--rows": 1, "--seeds": 1, "--resume": 0, "--quiet": 0, "--verbose": 0}
+
+
+def one_trial_command(command: str, row: str, seed: str) -> str:
+    """A slice's command narrowed to one trial: its --rows and --seeds replaced by the trial's, --slices, --resume and
+    the output flags left out (they choose what runs and how it is shown, not what a trial computes)."""
+    args, out, i = shlex.split(command), [], 0
+    while i < len(args):
+        a = args[i]
+        if a in _DROPPED:
+            i += 1 + _DROPPED[a]
+            continue
+        if a == "--slices":            # its folder is optional
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        out.append(a)
+        i += 1
+    return shlex.join(out + ["--rows", row, "--seeds", seed])
+
+
+def reproduce_lines(slices: list[dict], most: int = 6) -> list[str]:
+    """The command that trains each trial again on its own (each one where there are at most `most`, else the form)."""
+    trials = [(s, key) for s in slices for key in s.get("trials", []) if "-s" in key]
+    if not trials:
+        return []
+    if len(trials) > most:
+        s = slices[0]
+        return ["- one trial again on its own: its slice's command for that row and seed alone, e.g. "
+                f"`{one_trial_command(s.get('command', '?'), 'ROW', 'SEED')}`"]
+    return ["- each trial again on its own: " + "; ".join(
+        f"{key}: `{one_trial_command(s.get('command', '?'), *key.rsplit('-s', 1))}`" for s, key in trials)]
+
+
 def changes_line(tags: dict) -> str:
     """What changed in model/, harness/train/ and harness/data/ between the slices' commits (git, at assembly)."""
     found = json.loads(tags.get(record.CHANGES_TAG, "{}") or "{}")
@@ -103,6 +137,7 @@ def header(study: str, parent: dict, runs: pd.DataFrame, slices: list[dict]) -> 
     total = parent.get("study_wall_seconds")
     return [provenance_line(parent, slices), "",
             *slice_lines(slices),
+            *reproduce_lines(slices),
             changes_line(tags),
             *duplicates_line(tags),
             *mixed_cpus(runs),
