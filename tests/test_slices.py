@@ -196,7 +196,8 @@ def test_two_slices_assembled_equal_one_invocation_of_the_same_trials(slices):
 
 def test_an_assembled_report_gives_the_command_that_trains_each_trial_again():
     from harness.report.slices import one_trial_command, reproduce_lines
-    cmd = "python -m harness run studies/transformer_tiny.yaml --profile multi30k --seeds 0,1,2 --slices --resume --quiet"
+    cmd = ("python -m harness run studies/transformer_tiny.yaml --profile multi30k --seeds 0,1,2 --slices --resume "
+           "--quiet")
     assert one_trial_command(cmd, "tiny", "2") == \
         "python -m harness run studies/transformer_tiny.yaml --profile multi30k --rows tiny --seeds 2"
     assert one_trial_command("python -m harness run s.yaml --slices /x/y --rows a,b", "b", "0") == \
