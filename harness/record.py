@@ -312,7 +312,7 @@ def assemble(records: list[Record]) -> Record:
 
 
 _PER_INVOCATION = ("command_last", "git_sha_last", "git_dirty_last", "hardware_last", "resume_count", "resumed",
-                   "run_dir", "interrupted", SLICES_TAG, CHANGES_TAG, "slice_duplicates")
+                   "run_dir", "interrupted", SLICES_TAG, CHANGES_TAG, "slice_duplicates", "slice_held")
 
 
 def _assembled(records: list[Record], kept: list[tuple[Record, pd.Series]], dropped: list[str]) -> Record:

@@ -90,6 +90,9 @@ def _quote(value: str) -> str:
 RESUMED_AS = ("git_sha", "git_dirty", "hardware")
 
 
+HELD_TAG = "slice_held"     # a slice's parent: the trials other slices' records held when it started (`run --slices`)
+
+
 def last_tags(tags: dict[str, Any]) -> list[RunTag]:
     return [RunTag(f"{k}_last", str(tags[k])) for k in RESUMED_AS if k in tags]
 
@@ -159,6 +162,9 @@ class StudyTracking:
                                                                "kind": PARENT_KIND}, run_name=name)
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
         return run.info.run_id
+
+    def tag_parent(self, run_id: str, tags: dict[str, str]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
     def reopen_parent(self, run_id: str, resumes: int, command: str = "", now: dict[str, Any] | None = None) -> None:
         """Mark the parent running again for its `resumes`-th --resume, made by `command` (tag `command_last`;
@@ -520,6 +526,7 @@ def study_snapshot(uri: str, study: str, profile: str, variant: str = "") -> dic
                        "version": parent.data.tags.get("version", ""),
                        "command": parent.data.tags.get("command_last") or parent.data.tags.get("command", ""),
                        "rows": parent.data.params.get("rows", ""), "seeds": parent.data.params.get("seeds", ""),
+                       "held": parent.data.tags.get(HELD_TAG, ""),
                        "wall_seconds": wall, "last_heard_ms": heard},
             "trials": trials}
 

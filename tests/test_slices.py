@@ -164,6 +164,10 @@ def test_a_record_that_holds_a_trial_makes_run_skip_it_after_the_store_was_lost(
     tmp, out = slices
     assert "1 of 2 trials already held by the slice records" in out["second"] and "(skipped: base-s0)" in out["second"]
     assert "A1-s0: dev PPL" in out["second"] and "base-s0: dev PPL" not in out["second"]
+    status = subprocess.run([sys.executable, "-m", "harness", "status", str(tmp / "t3.yaml")], cwd=tmp,
+                            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'b.db'}"}, capture_output=True,
+                            text=True, timeout=300)
+    assert "1 trial: 1 finished" in status.stdout and "held by other slices' records" in status.stdout, status.stdout
     again = _run(tmp, tmp / "t3.yaml", "--rows", "base,A1", "--slices", str(tmp / "two"),
                  uri=f"sqlite:///{tmp / 'c.db'}")
     assert "2 of 2 trials already held" in again and "nothing to run" in again and "MLflow run" not in again

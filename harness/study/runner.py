@@ -33,7 +33,7 @@ from harness.study.estimate import Timing
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
 from harness.system import git_state, hardware_tags, versions
-from harness.tracking import VARIANT_TAG, StudyTracking, share_view, slice_reads, tracking_uri
+from harness.tracking import HELD_TAG, VARIANT_TAG, StudyTracking, share_view, slice_reads, tracking_uri
 from harness.trial import Trial, spec_key
 
 
@@ -289,6 +289,7 @@ def run_study(request: StudyRequest) -> int:
         _backfill_finished(tracking, parent)
     todo = _todo(tracking, study, parent, args.resume)
     folder = slices_folder(study, name, args.slices) if args.slices is not None else None
+    held: set[str] = set()
     if folder is not None and todo:
         kept = _not_held(todo, study, name, folder)
         held = {t.key for t in todo} - {t.key for t in kept}   # this invocation's trials are the rest
@@ -316,6 +317,8 @@ def run_study(request: StudyRequest) -> int:
     rank = {seed: i for i, seed in enumerate(study.seeds)}
     todo = sorted(todo, key=lambda t: (rank.get(t.seed, len(rank)), -kind.estimated_flops(t)))
     _SLICE_WRITERS[:] = [] if folder is None else [_SliceWriter(uri, parent_id, study, name, folder)]
+    if held:
+        tracking.tag_parent(parent_id, {HELD_TAG: ",".join(sorted(held))})
     invocation = 0 if parent is None else int(parent.data.tags.get("resume_count", "0")) + 1
     try:
         if parent is not None:

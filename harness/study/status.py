@@ -11,6 +11,7 @@ runs by trial key; a child run whose configuration hash differs from its trial's
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
@@ -82,6 +83,9 @@ def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> di
     now_s = time.time() if now_s is None else now_s
     beat = parent["last_heard_ms"]
     alive = _alive(parent["status"], beat, now_s)
+    # a slice (`run --slices`) leaves out the trials other slices' records held when it started: not its own
+    held = sorted(k for k in str(parent.get("held", "")).split(",") if k and k not in snapshot["trials"])
+    study = dataclasses.replace(study, trials=[t for t in study.trials if t.key not in held])
     lines = [trial_state(t, snapshot["trials"].get(t.key), alive) for t in study.trials]
     count = dict(Counter(line["state"] for line in lines))
     finished = [snapshot["trials"][t.key] for t, line in zip(study.trials, lines) if line["state"] == "finished"]
@@ -101,7 +105,7 @@ def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> di
             "driver_alive": alive, "last_heard_s_ago": None if beat is None else max(0.0, now_s - beat / 1000),
             "wall_hours": None if parent["wall_seconds"] is None else parent["wall_seconds"] / 3600,
             "cpu_hours_finished": cpu, "counts": count, "seconds_left": left, "command": parent["command"],
-            "trials": lines}
+            "trials": lines, "held": held}
 
 
 def resume_command(status: dict) -> str:
@@ -144,6 +148,8 @@ def render(status: dict) -> str:
             f"wall time over all invocations: {_fmt(status['wall_hours'], '.2f', 'not logged')}"
             f"{' h' if status['wall_hours'] is not None else ''}; CPU-hours of the finished trials: "
             f"{status['cpu_hours_finished']:.2f}"]
+    if status.get("held"):
+        tail.append(f"held by other slices' records, so not this invocation's: {', '.join(status['held'])}")
     ran = len(status["trials"]) - status["counts"].get("pending", 0)
     if ran and status["counts"].get("changed", 0) == ran:
         tail.append("every trial that ran did so under other settings than this study file gives now: give the "
