@@ -30,3 +30,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The fast tier (`pytest -m "not slow"`) stays fast: a test that is not marked slow and takes more than this (its
+# set-up, call and tear-down together) is named at the end of the run, to be made cheaper or marked slow. A warning
+# only: the time depends on the machine and on what else runs.
+FAST_TEST_SECONDS = 2.0
+_durations: dict[str, float] = {}
+_unmarked: set[str] = set()
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    if "slow" not in report.keywords:
+        _unmarked.add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    over = sorted(((s, n) for n, s in _durations.items() if n in _unmarked and s > FAST_TEST_SECONDS), reverse=True)
+    if over:
+        terminalreporter.write_sep("=", f"{len(over)} tests not marked slow took over {FAST_TEST_SECONDS:g} s")
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")

@@ -4,17 +4,83 @@ report tests, the made-up corpus's trees read back, and fake WMT archives. No te
 
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from harness.overrides import parse_sets
 from model import TransformerConfig
+
+# ------------------------------------------------------------------------------------------ a report's header
+
+SLICE_LINE = re.compile(r"^- slice \d+: command `([^`]*)` · commit `([0-9a-f]{7,40}|\?)`", re.M)
+
+
+def invocation_of(text: str) -> tuple[str, str, list[str] | None, dict]:
+    """The study file, profile, --rows and --set of the command a report names in its header; for a report assembled
+    from slices, of the union of its slices' commands (their rows together; one set of --set, or the slices would
+    not have assembled)."""
+    commands = [m[0] for m in SLICE_LINE.findall(text)] or re.findall(r"^- command: `([^`]*)`", text, re.M)[:1]
+    profile = re.search(r"profile `([^`]+)`", text)
+    if not commands or not profile:
+        raise AssertionError("the report names no command or profile in its header")
+    paths, rows, sets = set(), [], []
+    for command in commands:
+        args = shlex.split(command)
+        paths.add(next(a for a in args if a.endswith(".yaml")))
+        rows.append(args[args.index("--rows") + 1].split(",") if "--rows" in args else None)
+        sets.append([args[i + 1] for i, a in enumerate(args) if a == "--set"])
+    if len(paths) > 1 or any(s != sets[0] for s in sets):
+        raise AssertionError(f"the slices name other study files or --set: {sorted(paths)}, {sets}")
+    union = None if any(r is None for r in rows) else list(dict.fromkeys(r for rs in rows for r in rs))
+    held = [k.rsplit("-s", 1)[0] for line in re.findall(r"^- slice \d+: .* · trials: (.*)$", text, re.M)
+            for k in line.split(", ") if "-s" in k]
+    if held:      # an assembly shows the rows its slices finished so far: of the rows their commands run
+        kept = list(dict.fromkeys(held))
+        if union is not None and not set(kept) <= set(union):
+            raise AssertionError(f"the slices hold rows {sorted(set(kept) - set(union))} their commands do not run")
+        union = kept
+    return paths.pop(), profile.group(1), union, parse_sets(sets[0])
+
+
+def commits_of(text: str) -> set[str]:
+    """The commits the report's trials ran at: its git SHA and latest --resume's, or every slice's."""
+    found = {sha for _, sha in SLICE_LINE.findall(text) if sha != "?"}
+    found |= set(re.findall(r"^- git SHA: `([0-9a-f]{7,40})`", text, re.M)[:1])
+    found |= set(re.findall(r"^- its latest --resume ran at commit `([0-9a-f]{7,40})`", text, re.M)[:1])
+    found |= set(re.findall(r"^  - its latest --resume: `[^`]*` at commit `([0-9a-f]{7,40})`", text, re.M))
+    return found
+
+
+
+# ------------------------------------------------------------------------------------------ MLflow stores
+
+_MIGRATED: list[Path] = []      # one MLflow sqlite store with its schema made, for the whole test run
+
+
+def new_store(folder: Path, name: str = "mlflow.db") -> str:
+    """The URI of a fresh, empty MLflow store at folder/name: a copy of one whose schema was made once in this test
+    run (MLflow's migrations take about 5 s a store on 2 cores; a copy takes milliseconds). A `harness` command run
+    in a subprocess with this URI finds the schema made."""
+    if not _MIGRATED or not _MIGRATED[0].is_file():
+        from mlflow import MlflowClient
+        template = Path(tempfile.mkdtemp(prefix="harness-test-store-")) / "mlflow.db"
+        MlflowClient(f"sqlite:///{template}").search_experiments()      # creates the schema
+        _MIGRATED[:] = [template]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_MIGRATED[0], folder / name)
+    return f"sqlite:///{folder / name}"
+
 
 VARIANTS = {
     "paper": {},

@@ -18,7 +18,7 @@ from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summ
 from harness.report import claims
 from harness.report.rivals import at_budget
 from harness.report.writers import write_report
-from tests.helpers import assert_titled_by_study, finish, record_figures, start, trial
+from tests.helpers import assert_titled_by_study, finish, new_store, record_figures, start, trial
 
 TINY = DataConfig(lexicon_scale=0.05, max_depth=2, max_words=12)      # table2.yaml's tiny corpus settings
 
@@ -181,7 +181,7 @@ def test_at_budget_interpolates_in_log_flops_and_in_seconds():
 def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(tmp_path, monkeypatch):
     """Three rows x three seeds, each with agreement metrics and a dev BLEU curve: the report's two sections read
     them (means with intervals, the equal-compute budget), and the four rival claims get computed verdicts."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp, parent = start(client, "table2", "base,gnmt,convs2s")
     # row -> (BLEU offset, FLOPs per token, agreement long accuracy per seed)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TWO_ROW_STUDY, start_mlflow_server, stop_server
+from tests.helpers import TWO_ROW_STUDY, new_store, start_mlflow_server, stop_server
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def served_study(tmp_path_factory):
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
     tmp = tmp_path_factory.mktemp("ui")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = new_store(tmp)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     study = tmp / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp / "cache")).replace("study: mini", "study: table3"))

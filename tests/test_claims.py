@@ -9,6 +9,7 @@ import pytest
 from harness.paper import load_tables
 from harness.report import claims
 from harness.report.claims import Claim, interval, verdict
+from tests.helpers import new_store
 
 
 def _claim(**kw) -> Claim:
@@ -301,7 +302,7 @@ def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path
 
     from harness.report.writers import write_report
     from tests.helpers import finish, start, trial
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp, parent = start(client, "table2", "base,gnmt,convs2s")
     i = 0

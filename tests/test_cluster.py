@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TWO_ROW_STUDY, free_port, pid_alive, wait_for
+from tests.helpers import TWO_ROW_STUDY, free_port, new_store, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_a_study_on_a_two_node_cluster_places_a_trial_on_the_second_node(two_nod
     (second,) = [node for node, resources in nodes.items() if "second_node" in resources]
     study = tmp_path / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     done = subprocess.run([sys.executable, "-m", "harness", "run", str(study), "--address", address,
                            "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path,
                           env={**env, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, pid_alive, wait_for
+from tests.helpers import free_port, new_store, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def _study(tmp: Path, workers: int, cpu: float, cache: Path) -> Path:
 
 
 def _run(tmp: Path, study: Path, *extra: str, env: dict | None = None, timeout: int = 600):
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": new_store(tmp),
            "RAY_TRAIN_COLLECTIVE_TIMEOUT_S": "120", **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp / "runs"),
                            "--rows", "base", *extra], cwd=tmp, env=env, capture_output=True, text=True,
@@ -123,7 +123,7 @@ def test_a_worker_killed_mid_trial_is_restarted_and_the_trial_has_one_child_run(
 def test_driver_sigkill_then_resume_loses_and_duplicates_nothing(one_and_two, tmp_path):
     runs, cache = one_and_two
     study = _study(tmp_path, 2, 0.9, cache)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": new_store(tmp_path)}
     cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs"), "--rows", "base"]
     # Slow the steps down enough to land the kill between the checkpoint and the end.
     proc = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "HARNESS_INJECT_FAULT": "slow@base:1"},

@@ -20,7 +20,7 @@ from harness.data.corpus import DataConfig
 from harness.errors import HarnessWarning
 from harness.train import TrainConfig, train
 from model import get_preset
-from tests.helpers import free_port, pid_alive, start_mlflow_server, stop_server, wait_for
+from tests.helpers import free_port, new_store, pid_alive, start_mlflow_server, stop_server, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def _steps(client, run_id: str) -> list[int]:
 def reference(tmp_path_factory):
     """The same study, uninterrupted: what every interrupted-and-resumed run must reproduce exactly."""
     tmp = tmp_path_factory.mktemp("reference")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = new_store(tmp)
     done = subprocess.run(_cmd(_study(tmp), tmp / "runs"), cwd=tmp, env=_env(uri), capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -87,7 +87,7 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
     ref, cache = reference
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     study, runs = _study(tmp_path, cache=cache), tmp_path / "runs"
     _runs(uri)        # create the store first: polling a store the driver is still migrating races it
     proc = subprocess.Popen(_cmd(study, runs), cwd=tmp_path, env=_env(uri), stdout=subprocess.PIPE,
@@ -126,7 +126,7 @@ def test_driver_killed_mid_study_then_resume(sig, tmp_path, reference):
 
 
 def _with_fault(tmp_path: Path, cache: Path, fault: str) -> tuple[str, subprocess.CompletedProcess]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     done = subprocess.run(_cmd(_study(tmp_path, cache=cache), tmp_path / "runs"), cwd=tmp_path,
                           env=_env(uri, HARNESS_INJECT_FAULT=fault), capture_output=True, text=True, timeout=900)
     return uri, done
@@ -180,7 +180,7 @@ def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
     trial = load_study(_study(tmp_path, steps=10), "tiny", rows=["base"]).trials[0]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     tracking = StudyTracking(uri, "faults")
     parent = tracking.start_parent("oom", {"profile": "tiny", "version": 1}, {})
     ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
@@ -199,7 +199,7 @@ def test_out_of_memory_is_recorded_with_its_reason(tmp_path):
 def test_mlflow_server_lost_mid_trial_metrics_are_buffered_and_flushed(tmp_path, reference):
     ref, cache = reference
     port = free_port()
-    server, _ = start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", port, tmp_path / "artifacts")
+    server, _ = start_mlflow_server(tmp_path, new_store(tmp_path, "server.db"), port, tmp_path / "artifacts")
     uri = f"http://127.0.0.1:{port}"
     study = _study(tmp_path, steps=600, cache=cache)
     proc = subprocess.Popen(_cmd(study, tmp_path / "runs") + ["--rows", "base"], cwd=tmp_path,
@@ -287,7 +287,7 @@ def test_a_killed_attempts_unsent_evaluation_reaches_the_store_on_resume(tmp_pat
     from mlflow import MlflowClient
 
     from harness.tracking import TrialRun
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = new_store(tmp_path, "m.db")
     client = MlflowClient(uri)
     exp = client.create_experiment("x")
     parent = client.create_run(exp).info.run_id
@@ -326,7 +326,7 @@ def test_a_row_the_metrics_file_holds_twice_is_sent_once(tmp_path):
     from mlflow import MlflowClient
 
     from harness.tracking import TrialRun
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = new_store(tmp_path, "m.db")
     client = MlflowClient(uri)
     exp = client.create_experiment("x")
     parent = client.create_run(exp).info.run_id
@@ -349,7 +349,7 @@ def test_resume_sends_a_finished_trials_rows_its_run_lacks(tmp_path, capsys):
 
     from harness.study.runner import _backfill_finished
     from harness.tracking import StudyTracking
-    tracking = StudyTracking(f"sqlite:///{tmp_path / 'm.db'}", "table2")
+    tracking = StudyTracking(new_store(tmp_path, "m.db"), "table2")
     client = tracking.client
     parent = client.create_run(tracking.experiment_id, tags={"kind": "study", "run_dir": str(tmp_path / "runs")})
     child = client.create_run(tracking.experiment_id, tags={"mlflow.parentRunId": parent.info.run_id,

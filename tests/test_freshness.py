@@ -7,18 +7,17 @@ report has become fresh (drop it from the list) as well as if any other report i
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
-from harness.overrides import parse_sets
 from harness.report.common import departure_lines
 from harness.report.evidence import read_evidence
 from harness.report.registration import registration
 from harness.study.departures import departures
 from harness.study.kinds import load_study
+from tests.helpers import commits_of, invocation_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "harness" / "paper" / "claims.yaml"
@@ -42,45 +41,6 @@ def committed_reports() -> list[Path]:
     return sorted(p for p in (ROOT / "reports").rglob("*.md") if p.name != "README.md")
 
 
-SLICE = re.compile(r"^- slice \d+: command `([^`]*)` · commit `([0-9a-f]{7,40}|\?)`", re.M)
-
-
-def _invocation(text: str) -> tuple[str, str, list[str] | None, dict]:
-    """The study file, profile, --rows and --set of the command a report names in its header; for a report assembled
-    from slices, of the union of its slices' commands (their rows together; one set of --set, or the slices would
-    not have assembled)."""
-    commands = [m[0] for m in SLICE.findall(text)] or re.findall(r"^- command: `([^`]*)`", text, re.M)[:1]
-    profile = re.search(r"profile `([^`]+)`", text)
-    if not commands or not profile:
-        raise AssertionError("the report names no command or profile in its header")
-    paths, rows, sets = set(), [], []
-    for command in commands:
-        args = shlex.split(command)
-        paths.add(next(a for a in args if a.endswith(".yaml")))
-        rows.append(args[args.index("--rows") + 1].split(",") if "--rows" in args else None)
-        sets.append([args[i + 1] for i, a in enumerate(args) if a == "--set"])
-    if len(paths) > 1 or any(s != sets[0] for s in sets):
-        raise AssertionError(f"the slices name other study files or --set: {sorted(paths)}, {sets}")
-    union = None if any(r is None for r in rows) else list(dict.fromkeys(r for rs in rows for r in rs))
-    held = [k.rsplit("-s", 1)[0] for line in re.findall(r"^- slice \d+: .* · trials: (.*)$", text, re.M)
-            for k in line.split(", ") if "-s" in k]
-    if held:      # an assembly shows the rows its slices finished so far: of the rows their commands run
-        kept = list(dict.fromkeys(held))
-        if union is not None and not set(kept) <= set(union):
-            raise AssertionError(f"the slices hold rows {sorted(set(kept) - set(union))} their commands do not run")
-        union = kept
-    return paths.pop(), profile.group(1), union, parse_sets(sets[0])
-
-
-def _commits(text: str) -> set[str]:
-    """The commits the report's trials ran at: its git SHA and latest --resume's, or every slice's."""
-    found = {sha for _, sha in SLICE.findall(text) if sha != "?"}
-    found |= set(re.findall(r"^- git SHA: `([0-9a-f]{7,40})`", text, re.M)[:1])
-    found |= set(re.findall(r"^- its latest --resume ran at commit `([0-9a-f]{7,40})`", text, re.M)[:1])
-    found |= set(re.findall(r"^  - its latest --resume: `[^`]*` at commit `([0-9a-f]{7,40})`", text, re.M))
-    return found
-
-
 def _section(text: str, title: str) -> list[str] | None:
     if f"\n## {title}\n" not in text:
         return None
@@ -101,7 +61,7 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
     """What in the report differs from what HEAD's claims and study file give, as (kind, what) pairs ([] when
     fresh)."""
     text = report.read_text()
-    path, profile, rows, sets = _invocation(text)
+    path, profile, rows, sets = invocation_of(text)
     study = load_study(ROOT / path, profile, rows, None, sets)
     found = []
     # Rows: every row the invocation ran appears as a bold first cell of a table, and no other.
@@ -121,7 +81,7 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
     # Claims: ids, wording and margin or threshold, and each verdict's registration status.
     claims = expected_claims(study.name, claims_file)
     # a study resumed at a later commit names that one too (its trials trained at both), an assembly every slice's
-    shas = _commits(text)
+    shas = commits_of(text)
     section = _section(text, "Claims") or []
     table = [ln for ln in section if ln.startswith("| `")]
     if claims and not section:
@@ -174,7 +134,7 @@ def test_a_claim_added_without_regenerating_the_reports_is_caught(tmp_path):
     # study to a copy of claims.yaml and the check names it.
     fresh = [p for p in committed_reports() if str(p.relative_to(ROOT)) not in STALE and "## Claims" in p.read_text()]
     report = fresh[0] if fresh else committed_reports()[0]
-    study = load_study(ROOT / _invocation(report.read_text())[0], _invocation(report.read_text())[1]).name
+    study = load_study(ROOT / invocation_of(report.read_text())[0], invocation_of(report.read_text())[1]).name
     raw = yaml.safe_load(CLAIMS.read_text())
     extra = dict(
         next(c for c in raw["claims"] if c["study"] == study)

@@ -13,7 +13,7 @@ from harness.probes.inference import flat_metrics, kv_formula, measure, model_co
 from harness.probes.inference_spec import InferenceSpec
 from harness.study.kinds import load_study
 from harness.trial import Trial
-from tests.helpers import assert_titled_by_study, record_figures
+from tests.helpers import assert_titled_by_study, new_store, record_figures
 
 SMALL = dict(preset="cpu_d128", width=0.25, depth=0.5, vocab_size=60, batches=(1, 2), src_lens=(3, 5),
              new_tokens=3, repeats=1, warmup=0, threads=1, device="cpu")
@@ -86,7 +86,7 @@ def test_probe_inference_prints_each_point(capsys):
 
 def test_the_report_tables_every_point_and_draws_its_plots(tmp_path, monkeypatch):
     from harness.report.writers import write_report
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment("inference")
     parent = client.create_run(exp, tags={"study": "inference", "version": "1", "profile": "tiny", "git_sha": "abc",

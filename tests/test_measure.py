@@ -16,7 +16,7 @@ import yaml
 from harness.cli import main
 from harness.errors import UserError
 from harness.measure.registry import Measurement, Metric, register, unregister
-from tests.helpers import TWO_ROW_STUDY
+from tests.helpers import TWO_ROW_STUDY, new_store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def test_a_toy_measurement_is_logged_reported_and_judged_from_a_study(toy, tmp_p
     shows its section, and a claim on its metric gets a verdict."""
     study = tmp_path / "toy.yaml"
     study.write_text(STUDY.replace("CACHE", str(tmp_path / "cache")))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "HARNESS_MEASUREMENTS": "tests.test_measure:register_toy",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs"),

@@ -10,6 +10,7 @@ import pytest
 from harness.study.progress import StudyProgress, time_left
 from harness.train import TrainConfig
 from harness.trial import Trial
+from tests.helpers import new_store
 
 
 def _trial(row: str, steps: int) -> Trial:
@@ -75,7 +76,7 @@ def test_a_study_prints_its_progress_and_the_browse_command_and_no_library_banne
     from tests.helpers import TWO_ROW_STUDY
     study = tmp_path / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")).replace("steps: 3,", "steps: 40,"))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": new_store(tmp_path),
            "HARNESS_PROGRESS_EVERY_S": "0.5", "HARNESS_INJECT_FAULT": "slow@base:1"}
     cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs")]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -88,5 +89,5 @@ def test_a_study_prints_its_progress_and_the_browse_command_and_no_library_banne
     everything = out + done.stderr
     assert "Configuration for experiment" not in everything and "INFO mlflow" not in everything
     quiet = subprocess.run(cmd + ["--quiet"], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI":
-                           f"sqlite:///{tmp_path / 'q.db'}"}, capture_output=True, text=True, timeout=600)
+                           new_store(tmp_path, "q.db")}, capture_output=True, text=True, timeout=600)
     assert quiet.returncode == 0 and " pending, " not in quiet.stdout, quiet.stdout + quiet.stderr

@@ -15,6 +15,7 @@ from harness.data.readers import read_lines
 from harness.data.trees import parse_tree
 from harness.errors import UserError
 from harness.eval.bleu import lc_norm_tok, multi_bleu, tokenized_bleu, tokenized_lc_bleu
+from tests.helpers import new_store
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 MULTI30K, PTB = SHARED / "multi30k", SHARED / "ptb-wsj-sample"
@@ -385,7 +386,7 @@ def test_evaluate_logs_to_the_trials_child_run_without_touching_its_own_metrics(
     from mlflow import MlflowClient
 
     from harness.tracking import RUN_POINTER, log_evaluation
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment("t", artifact_location=(tmp_path / "mlruns").as_uri())
     run_id = client.create_run(exp).info.run_id

@@ -16,7 +16,7 @@ from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
 from harness.report.writers import report_all, write_report
-from tests.helpers import assert_titled_by_study, record_figures
+from tests.helpers import assert_titled_by_study, new_store, record_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SHA = "0123abcd4567ef"
@@ -83,7 +83,7 @@ def log_study(client: MlflowClient, study: str, trials: list, rows: str, variant
 def store(tmp_path_factory):
     """One store for the module (creating a sqlite schema takes seconds), written to by report tests
     in their own out_dir."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    uri = new_store(tmp_path_factory.mktemp('mlflow'))
     client = MlflowClient(uri)
     ids = {"table3": log_study(client, "table3", TABLE3, "base,A1,C4,D1"),
            "modern": log_study(client, "modern", MODERN, "base,F1,F2")}
@@ -269,7 +269,7 @@ def test_a_named_invocation_is_reported_apart_and_never_replaces_the_profiles_ow
     """`run --name corpus2` (a --set variant of the tiny profile), run after the unnamed invocation: `report`
     writes reports/corpus2/table3.md from it and keeps reports/table3.md on the unnamed one; `report --name`
     writes only the named one; an unknown name is a UserError naming it."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     log_study(client, "table3", TABLE3, "base,A1,C4,D1")
     other = [(r, s, st, o, None if p is None else p * 2, b, bt, why) for r, s, st, o, p, b, bt, why in TABLE3]
@@ -317,7 +317,7 @@ def test_the_convergence_check_reads_the_last_weights_not_their_average(tmp_path
     the curve ending in the last weights' own dev PPL (dev_ppl_last), so averaging's gain is not mistaken
     for a run stopped early."""
     from harness.report.common import row_diagnostics
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment("t", artifact_location=(tmp_path / "mlruns").as_uri())
     curve = [(10, 3.0), (20, 2.5), (30, 2.0), (40, 1.5)]          # 40: the averaged checkpoints
@@ -345,7 +345,7 @@ def test_report_does_not_replace_another_invocations_report_without_being_asked(
     """A newcomer's one-seed run must not replace the committed three-seed reference without a word: `report`
     stops in one sentence and writes nothing; --out elsewhere or --replace write it."""
     from harness.cli import main
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     log_study(client, "table3", TABLE3, "base,A1,C4,D1")
     out = tmp_path / "reports"
@@ -371,7 +371,7 @@ def test_report_refuses_to_replace_a_fuller_report_and_says_what_changed(tmp_pat
     naming --force and writes nothing; --force writes it and says what it lost; a fuller one says what it gained."""
     from harness.cli import main
     from harness.report.evidence import read_evidence
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     log_study(client, "table3", TABLE3, "base,A1,C4,D1")
     out = tmp_path / "reports"
@@ -539,7 +539,7 @@ def test_a_report_of_a_study_still_running_says_which_rows_have_not_finished(tmp
     # An invocation killed midway (its session ended): base finished, A1 still training, C4 not started. The
     # claims that read them say so, where a row the invocation never had is "not run"; the header counts the
     # trials started so far.
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     trials = [t for t in TABLE3 if t[0] in ("base", "A1")]
     parent = log_study(client, "table3", trials, "base,A1,C4")

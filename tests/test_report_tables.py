@@ -14,7 +14,7 @@ from mlflow.entities import Metric, Param, RunTag
 from harness.paper import load_tables, table1_columns
 from harness.probes.cost import training_costs
 from harness.report.writers import write_report
-from tests.helpers import SHA, T0, assert_titled_by_study, finish, record_figures, start, trial
+from tests.helpers import SHA, T0, assert_titled_by_study, finish, new_store, record_figures, start, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NS, DS, PATH_NS = [128, 256, 512, 1024, 2048], [64, 128, 256, 512, 1024], [9, 16, 17]
@@ -138,7 +138,7 @@ def log_table4(client):
 @pytest.fixture(scope="module")
 def report_store(tmp_path_factory):
     """One store with every table's runs (creating a sqlite schema takes seconds): its URI and parent run ids."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    uri = new_store(tmp_path_factory.mktemp('mlflow'))
     client = MlflowClient(uri)
     return uri, {"table1": log_table1(client), "table2": log_table2(client), "table4": log_table4(client)}
 
@@ -365,7 +365,7 @@ def _real_data_study(tmp_path, study_name: str, rows: str, seeds: str):
 
     from harness.study.departures import departures_tag
     from harness.study.kinds import load_study
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment(study_name, artifact_location=(tmp_path / "mlruns").as_uri())
     study = load_study(Path(__file__).parents[1] / "studies" / f"{study_name}.yaml", "multi30k")
@@ -396,8 +396,8 @@ def test_a_real_data_profiles_report_goes_to_its_own_folder_with_the_literature_
     assert "multi30k/table2.md" in (tmp_path / "reports" / "README.md").read_text(encoding="utf-8")
     assert any(p.name == "table2_bleu_vs_cost.png" and p.parent.name == "multi30k" for p in paths)
     lit = text.split("## Beside the literature (Multi30K)")[1].split("## ")[0]
-    assert "| **base** (ours) | EN-DE | test_2016_flickr | 35.00 | 32.00 |" in lit
-    assert "| **base_enfr** (ours) | EN-FR | test_2016_flickr | 50.00 | 47.00 |" in lit
+    assert "| **base** (ours) | EN-DE | test_2016_flickr | 35.00 (1 seed) | 32.00 (1 seed) |" in lit
+    assert "| **base_enfr** (ours) | EN-FR | test_2016_flickr | 50.00 (1 seed) | 47.00 (1 seed) |" in lit
     assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
     assert "not comparable with the paper's newstest2014" in text and "trained on the made-up corpus" not in text
     assert ("- `model.vocab_size`: 8000 (paper 37000) in base, big, gnmt, convs2s; 8000 (paper 32000) in base_enfr, "
@@ -418,7 +418,7 @@ def test_a_run_on_the_tokenized_form_reports_its_bleu_tok_lc_beside_the_literatu
     write_report("transformer_tiny", tmp_path / "reports", uri)
     text = (tmp_path / "reports" / "multi30k" / "transformer_tiny.md").read_text(encoding="utf-8")
     lit = text.split("## Beside the literature (Multi30K)")[1].split("## ")[0]
-    assert "| **tiny** (ours) | EN-DE | test_2016_flickr | 40.50 | – |" in lit
+    assert "| **tiny** (ours) | EN-DE | test_2016_flickr | 40.50 (1 seed) | – |" in lit
     assert "| Transformer-Tiny, text-only (Wu et al., ACL 2021) | EN-DE | test_2016_flickr | 41.02 | – |" in lit
     assert "stopped by the rule at step 5000 (best 4380)" in text
     assert "- not a setting: BPE: sentencepiece's BPE with 10,000 pieces" in text

@@ -17,7 +17,7 @@ import pytest
 from harness import record, tracking
 from harness.errors import UserError
 from harness.report.writers import report_all
-from tests.test_freshness import _invocation
+from tests.helpers import invocation_of, new_store
 
 STUDY = """
 study: table3
@@ -139,11 +139,11 @@ def slices(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slices")
     study = tmp / "t3.yaml"
     study.write_text(STUDY.replace("CACHE", str(tmp / "cache")))
-    one = _run(tmp, study, "--rows", "base,A1", "--slices", str(tmp / "one"), uri=f"sqlite:///{tmp / 'one.db'}")
-    first = _run(tmp, study, "--rows", "base", "--slices", str(tmp / "two"), uri=f"sqlite:///{tmp / 'a.db'}")
+    one = _run(tmp, study, "--rows", "base,A1", "--slices", str(tmp / "one"), uri=new_store(tmp, "one.db"))
+    first = _run(tmp, study, "--rows", "base", "--slices", str(tmp / "two"), uri=new_store(tmp, "a.db"))
     (tmp / "a.db").unlink()                             # the machine is lost: its store and checkpoints with it
     shutil.rmtree(tmp / "runs")
-    second = _run(tmp, study, "--rows", "base,A1", "--slices", str(tmp / "two"), uri=f"sqlite:///{tmp / 'b.db'}")
+    second = _run(tmp, study, "--rows", "base,A1", "--slices", str(tmp / "two"), uri=new_store(tmp, "b.db"))
     return tmp, {"one": one, "first": first, "second": second}
 
 
@@ -169,7 +169,7 @@ def test_a_record_that_holds_a_trial_makes_run_skip_it_after_the_store_was_lost(
                             text=True, timeout=300)
     assert "1 trial: 1 finished" in status.stdout and "held by other slices' records" in status.stdout, status.stdout
     again = _run(tmp, tmp / "t3.yaml", "--rows", "base,A1", "--slices", str(tmp / "two"),
-                 uri=f"sqlite:///{tmp / 'c.db'}")
+                 uri=new_store(tmp, "c.db"))
     assert "2 of 2 trials already held" in again and "nothing to run" in again and "MLflow run" not in again
 
 
@@ -189,7 +189,7 @@ def test_two_slices_assembled_equal_one_invocation_of_the_same_trials(slices):
     assert text.count("\n- slice ") == 2 and "trials: base-s0" in text and "trials: A1-s0" in text
     assert "nothing in model/, harness/train/ and harness/data/ differs" in text
     # the freshness test reads the slices' commands together, and the rows their trials hold
-    path, profile, rows, sets = _invocation(text)
+    path, profile, rows, sets = invocation_of(text)
     assert path.endswith("t3.yaml") and profile == "tiny" and rows == ["base", "A1"] and not any(sets.values())
     # and the assembled report regenerates from its own record, byte for byte
     again = report_all(tmp / "rep-again", tracking.record_uri(tmp / "rep-two" / "table3.record.json.gz"),

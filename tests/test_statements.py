@@ -9,7 +9,7 @@ import pytest
 
 from harness.probes.statement_spec import StatementSpec
 from harness.probes.statements import crossing, exponent, measure, offset_fit, position_table
-from tests.helpers import assert_titled_by_study, record_figures
+from tests.helpers import assert_titled_by_study, new_store, record_figures
 
 
 def test_crossing_is_interpolated_on_logs_and_flagged_outside_the_grid():
@@ -91,7 +91,7 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatc
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
     study = load_study(Path(__file__).parents[1] / "studies" / "statements.yaml", "tiny", seeds=[0, 1])
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     tracking = StudyTracking(uri, study.name)
     parent = tracking.start_parent("statements", {"profile": "tiny", "version": study.version, "study": study.name},
                                    {"rows": ",".join(study.rows), "seeds": "0,1"})

@@ -12,6 +12,7 @@ from harness.cli import main
 from harness.study.kinds import load_study
 from harness.study.status import ALIVE_S, render, study_status
 from harness.tracking import study_snapshot
+from tests.helpers import new_store
 
 STUDY = """
 study: mini
@@ -52,7 +53,7 @@ def store(tmp_path, monkeypatch):
     beat just now."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mini.yaml").write_text(STUDY)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     study = load_study(tmp_path / "mini.yaml", "tiny")
     hashes = {t.key: t.config_hash for t in study.trials}
@@ -183,7 +184,7 @@ def test_a_resumed_trials_repeated_evaluations_count_once_and_a_running_trial_ke
     the parent has no heartbeat yet (it has just reopened) but the trial logs steps: the study runs."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mini.yaml").write_text(STUDY)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     study = load_study(tmp_path / "mini.yaml", "tiny")
     client = MlflowClient(uri)
     exp = client.create_experiment("mini")
@@ -240,7 +241,7 @@ def test_a_trial_resumed_at_another_commit_or_machine_records_both(tmp_path):
     # A trial's first attempt keeps its tags; each later attempt adds its own commit and machine as *_last, which
     # the report's hardware line and the claims' registration read beside the first.
     from harness.tracking import TrialRun
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = new_store(tmp_path, "m.db")
     client = MlflowClient(uri)
     exp = client.create_experiment("x")
     parent = client.create_run(exp).info.run_id
@@ -260,7 +261,7 @@ def test_a_resumed_trial_whose_settings_changed_starts_afresh(tmp_path, capsys):
 
     from harness.study.runner import _start_changed_afresh
     from harness.tracking import StudyTracking
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = new_store(tmp_path, "m.db")
     tracking = StudyTracking(uri, "mini")
     parent = tracking.start_parent("mini tiny", {"study": "mini"}, {})
     client = MlflowClient(uri)
@@ -299,7 +300,7 @@ def test_a_changed_trial_whose_folder_a_live_worker_uses_is_not_set_aside(tmp_pa
             time.sleep(0.05)
         (folder / "worker.pid").write_text(f"{worker.pid}\n")
         assert _live_worker(folder) == worker.pid
-        uri = f"sqlite:///{tmp_path / 'm.db'}"
+        uri = new_store(tmp_path, "m.db")
         tracking = StudyTracking(uri, "mini")
         parent = tracking.start_parent("mini tiny", {"study": "mini"}, {})
         run = MlflowClient(uri).create_run(tracking.experiment_id, tags={

@@ -15,7 +15,7 @@ from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
 from harness.study.kinds import KINDS, load_study
-from tests.helpers import TWO_ROW_STUDY, start_mlflow_server, stop_server
+from tests.helpers import TWO_ROW_STUDY, new_store, start_mlflow_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -57,25 +57,17 @@ def test_tiny_profile_keeps_the_relations_between_rows():
     assert trials["big"].train.steps == 3 * trials["base"].train.steps
 
 
-# The studies whose smoke run takes most of a minute or more on 2 cores (their measurements on the final weights,
-# or many rows): the whole suite runs them, the fast tier (-m "not slow") leaves them out.
-HEAVY_SMOKE = {"extrapolation", "heads", "table2"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in HEAVY_SMOKE else p
-                                  for p in STUDIES], ids=lambda p: p.stem)
-def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
-    """Each row of the tiny profile (one seed), shrunk by its kind (`smoke`: two training steps, a tiny probe grid),
-    through the trial function that Ray Tune runs."""
+def _smoke(study, trials, tmp_path):
+    """Each trial, shrunk by its kind (`smoke`: two training steps, a tiny probe grid), through the trial function
+    that Ray Tune runs; its result checked as its kind says, and its MLflow child run finished."""
     from harness.tracking import StudyTracking
     from harness.trial import run_trial
-    study = load_study(path, "tiny", seeds=[0])
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     tracking = StudyTracking(uri, study.name)
     parent = tracking.start_parent("smoke", {"profile": "tiny", "version": study.version}, {})
     ctx = {"uri": uri, "experiment_id": tracking.experiment_id, "parent_id": parent, "run_dir": str(tmp_path),
            "threads": 1, "tags": {"study": study.name}}
-    for trial in study.trials:                  # each kind shrinks its own trial and says what its result shows
+    for trial in trials:                        # each kind shrinks its own trial and says what its result shows
         kind = KINDS[trial.kind]
         small, expect = kind.smoke(trial, tmp_path)
         result = run_trial(small.to_dict(), ctx, kind)
@@ -85,8 +77,40 @@ def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
             else:
                 assert want[0] <= result[key] <= want[1], (trial.key, key, result[key], want)
     runs = tracking.children(parent)
-    assert sorted(r.data.tags["row"] for r in runs) == sorted(study.rows)
+    assert sorted(r.data.tags["row"] for r in runs) == sorted(t.row for t in trials)
     assert all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
+    """Every row of the tiny profile (one seed): the whole suite's smoke run of every study."""
+    study = load_study(path, "tiny", seeds=[0])
+    _smoke(study, study.trials, tmp_path)
+
+
+def _representatives() -> list[tuple[Path, str, str]]:
+    """For the fast tier: one row for each study kind, each model family and each measurement, the first the study
+    files give in their order (study, row, what it stands for); every row of every study smoke-runs in the slow tier."""
+    seen, picks = set(), []
+    for path in STUDIES:
+        study = load_study(path, "tiny", seeds=[0])
+        for t in study.trials:
+            covers = {f"kind {t.kind}"}
+            if t.model is not None:
+                covers.add(f"family {getattr(t.model, 'family', 'transformer')}")
+            if t.train is not None:
+                covers |= {f"measurement {m.name}" for m, _ in t.train.active()}
+            if covers - seen:
+                picks.append((path, t.row, ", ".join(sorted(covers - seen))))
+                seen |= covers
+    return picks
+
+
+@pytest.mark.parametrize("path, row, covers", _representatives(), ids=lambda x: x.stem if isinstance(x, Path) else x)
+def test_one_row_of_each_kind_family_and_measurement_smoke_runs(path, row, covers, tmp_path):
+    study = load_study(path, "tiny", [row], [0])
+    _smoke(study, study.trials, tmp_path)
 
 
 BAD = {
@@ -392,7 +416,7 @@ def test_missing_study_file(capsys):
 def test_study_against_a_real_mlflow_server_then_resume_runs_nothing(tmp_path):
     import mlflow
     from mlflow import MlflowClient
-    server, uri = start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", artifacts=tmp_path / "artifacts")
+    server, uri = start_mlflow_server(tmp_path, new_store(tmp_path, "server.db"), artifacts=tmp_path / "artifacts")
     try:
         study = tmp_path / "mini.yaml"
         study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
@@ -444,7 +468,7 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     text = text.replace("steps: 3,", "steps: 400,").replace("  A1: {n_heads: 1}", "  A1: {n_heads: 1}\n  C1: {d_ff: "
                                                                                   "32}")
     study.write_text(text)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     cmd = [sys.executable, "-m", "harness", "run", str(study), "--runs-dir", str(tmp_path / "runs")]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -743,7 +767,7 @@ def test_a_study_runs_from_python_and_lands_in_mlflow(tmp_path, monkeypatch):
     from harness.study.runner import StudyRequest, run_study
     study = tmp_path / "mini.yaml"
     study.write_text(TWO_ROW_STUDY.replace("CACHE", str(tmp_path / "cache")))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert run_study(StudyRequest(study, rows=("base",), runs_dir=tmp_path / "runs", quiet=True)) == 0
     client = MlflowClient(uri)
