@@ -126,81 +126,133 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_di
           hooks: tuple[StepHook, ...] = (), ranks: Ranks = SINGLE) -> dict:
     """Train one model; resumes from out_dir/checkpoints when present. Returns the final metrics (on ranks
     other than 0: {}). on_log(step, metrics) receives each metrics row (the runner forwards them to MLflow)."""
-    out = Path(out_dir)
-    device, data, resolved, model, opt = setup(model_cfg, cfg, data_cfg, out, dataset, ranks)
-    if not quiet and ranks.is_main:
-        print(device_note(cfg.device, device, cfg.amp, cfg.cpu_amp), flush=True)
-    autocast = autocast_for(device, cfg.amp, cfg.cpu_amp)
-    stream = BatchStream(data.train.data, cfg, device, where=str(data.root), ranks=ranks)
-    loss_fn = training_loss(model, cfg, n_shapes=stream.n_shapes)
-    ddp = data_parallel(model, loss_fn, device, ranks, cfg.seed)
-    ckpt = Checkpointer(out / "checkpoints", resolved, device, keep=max(cfg.average_last, 2),
-                        every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
-    step, clock = ckpt.restore(model, opt, stream)    # every rank, from the same files
-    rule = restored_rule(cfg, ckpt)                     # train until dev stops improving (patience.py), or None
-    lr_at = lambda s: rate_at(s, cfg, model.cfg.d_model, rule.shrinks if rule else 0)  # noqa: E731
-    log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                     max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log, is_main=ranks.is_main,
-                     eval_last=rule is not None).open(step)
-    out_of_time = lambda: bool(cfg.max_minutes) and clock["train_seconds"] >= cfg.max_minutes * 60  # noqa: E731
-    stop_now = stopped_already(rule, clock)
-    # The loop's wall time (steps, evaluations, checkpoints) summed over every process that trained this run:
-    # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
-    wall_before, t_loop = clock.get("wall_seconds", 0.0), time.perf_counter()
-    cpu_before, cores = clock.get("cpu_seconds", 0.0), torch.get_num_threads() * ranks.world
-    measures = cfg.active()
-    context = lambda: Context(model, data.tokenizer, data.dev, data.tgt_lang, data_cfg, cfg, device,  # noqa: E731
-                              autocast, out, clock, step)
-    dev_perplexity = lambda: perplexity(model, data.dev.data, cfg.max_tokens, device, autocast)  # noqa: E731
-    at_initialisation(measures, context, cfg, clock, step, log, dev_perplexity, ranks.is_main)
-    model.train()
-    with stream:
-        while step < cfg.steps and not out_of_time() and not stop_now:
-            t0 = time.perf_counter()
-            loss_sum, n_tokens = train_step(model, opt, loss_fn, stream.next_update(), lr_at(step + 1),
-                                            cfg.label_smoothing, device, autocast, ranks, ddp)
-            for hook in hooks:
-                loss_sum = hook(step + 1, loss_sum)
-            loss = ranks.sum(loss_sum)[0] / n_tokens
-            if not math.isfinite(loss) and nonfinite(loss, step + 1, cfg, clock):
-                break                          # diverged: the update is skipped and the run ends here
-            if cfg.clip_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-            opt.step()
-            step, dt = step + 1, time.perf_counter() - t0
-            clock["train_seconds"] += dt
-            clock["tokens_seen"] += n_tokens
-            log.train_step(step, loss, n_tokens, dt, lr_at(step), clock["train_seconds"], stream.epoch)
-            evaluated = log.should_eval(step)
-            if evaluated and ranks.is_main:
-                dev_ppl = dev_perplexity()
-                log.record(step, {"dev_ppl": dev_ppl, **measured(measures, "at_eval", context)})
-                if rule and rule.update(step, dev_ppl):      # a new best: keep the window ending here
-                    ckpt.pin(window(sorted(set(ckpt.steps()) | {step}), step, cfg.average_last))
-                model.train()
-            if evaluated:      # the rule's decision, and (stop_diverged) dev above where it began: rank 0's
-                stop_now = (agree_on_rule(rule, ranks) if rule else stop_now) or \
-                    diverged_on_dev(cfg, clock, step, ranks, ranks.is_main and dev_ppl)
-            if step == cfg.steps and not evaluated and ranks.is_main:   # the curves' last point, before averaging
-                last = [(m, s) for m, s in measures if m.eval_at_last]
-                if last:
-                    log.record(step, measured(last, "at_eval", context))
-                    model.train()
-            looped = time.perf_counter() - t_loop
-            clock["wall_seconds"], clock["cpu_seconds"] = wall_before + looped, cpu_before + looped * cores
-            rule_state = rule.state_dict() if rule else None
-            ckpt.maybe_save(step, model, opt, stream.state_dict(), clock, rule_state, force=bool(rule) and evaluated)
-    ckpt.save_final(step, model, opt, stream.state_dict(), clock, rule.state_dict() if rule else None)
-    log.close()
-    if not ranks.is_main:
-        return {}
-    return finish(model, data, cfg, device, autocast, ckpt, out, {
-        "params": count_parameters(model), "steps": step, "epochs": stream.epochs, **clock_metrics(clock, step),
-        **diverged_metrics(cfg, clock),
-        "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
-        "batch_shapes": stream.n_shapes or None, "stopped_by_time": out_of_time() and step < cfg.steps,
-        **(rule.metrics(step, cfg.steps) if rule else {})},
-        data_cfg=data_cfg, rule=rule)
+    return Trainer(model_cfg, cfg, data_cfg, out_dir, quiet=quiet, dataset=dataset, on_log=on_log, hooks=hooks,
+                   ranks=ranks).run()
+
+
+class Trainer:
+    """One training run, its components set up once (torchtitan's Trainer): `run` updates (`update`), evaluates on
+    dev (`evaluate`) and checkpoints (`checkpoint`) until the last step, the time limit, the patience rule or a
+    divergence, then saves the final checkpoint and scores the result (`finish`)."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, data_cfg: DataConfig, out_dir: str | Path, *,
+                 quiet: bool = False, dataset: Dataset | None = None,
+                 on_log: Callable[[int, dict], None] | None = None, hooks: tuple[StepHook, ...] = (),
+                 ranks: Ranks = SINGLE):
+        self.cfg, self.data_cfg, self.hooks, self.ranks = cfg, data_cfg, hooks, ranks
+        self.out = out = Path(out_dir)
+        self.device, self.data, resolved, self.model, self.opt = setup(model_cfg, cfg, data_cfg, out, dataset, ranks)
+        if not quiet and ranks.is_main:
+            print(device_note(cfg.device, self.device, cfg.amp, cfg.cpu_amp), flush=True)
+        self.autocast = autocast_for(self.device, cfg.amp, cfg.cpu_amp)
+        self.stream = BatchStream(self.data.train.data, cfg, self.device, where=str(self.data.root), ranks=ranks)
+        self.loss_fn = training_loss(self.model, cfg, n_shapes=self.stream.n_shapes)
+        self.ddp = data_parallel(self.model, self.loss_fn, self.device, ranks, cfg.seed)
+        self.ckpt = Checkpointer(out / "checkpoints", resolved, self.device, keep=max(cfg.average_last, 2),
+                                 every=cfg.checkpoint_every, minutes=cfg.checkpoint_minutes, ranks=ranks)
+        self.step, self.clock = self.ckpt.restore(self.model, self.opt, self.stream)   # every rank, the same files
+        self.rule = restored_rule(cfg, self.ckpt)        # train until dev stops improving (patience.py), or None
+        self.log = MetricsLog(out / "metrics.jsonl", steps=cfg.steps, log_every=cfg.log_every,
+                              eval_every=cfg.eval_every, max_minutes=cfg.max_minutes, quiet=quiet, on_log=on_log,
+                              is_main=ranks.is_main, eval_last=self.rule is not None).open(self.step)
+        self.stop_now = stopped_already(self.rule, self.clock)
+        # The loop's wall time (steps, evaluations, checkpoints) summed over every process that trained this run:
+        # what a trial cost when it ran across interruptions and sessions (train_seconds counts the steps alone).
+        self.wall_before, self.t_loop = self.clock.get("wall_seconds", 0.0), time.perf_counter()
+        self.cpu_before, self.cores = self.clock.get("cpu_seconds", 0.0), torch.get_num_threads() * ranks.world
+        self.measures = cfg.active()
+
+    def lr_at(self, step: int) -> float:
+        return rate_at(step, self.cfg, self.model.cfg.d_model, self.rule.shrinks if self.rule else 0)
+
+    def out_of_time(self) -> bool:
+        return bool(self.cfg.max_minutes) and self.clock["train_seconds"] >= self.cfg.max_minutes * 60
+
+    def context(self) -> Context:
+        """What a measurement's hook sees: the model now, the data, the settings and where the run stands."""
+        return Context(self.model, self.data.tokenizer, self.data.dev, self.data.tgt_lang, self.data_cfg, self.cfg,
+                       self.device, self.autocast, self.out, self.clock, self.step)
+
+    def dev_perplexity(self) -> float:
+        return perplexity(self.model, self.data.dev.data, self.cfg.max_tokens, self.device, self.autocast)
+
+    def run(self) -> dict:
+        at_initialisation(self.measures, self.context, self.cfg, self.clock, self.step, self.log,
+                          self.dev_perplexity, self.ranks.is_main)
+        self.model.train()
+        with self.stream:
+            while self.step < self.cfg.steps and not self.out_of_time() and not self.stop_now:
+                if not self.update():
+                    break                      # diverged: the update is skipped and the run ends here
+                self.checkpoint(self.evaluate())
+        self.ckpt.save_final(self.step, self.model, self.opt, self.stream.state_dict(), self.clock,
+                             self.rule.state_dict() if self.rule else None)
+        self.log.close()
+        return self.finish() if self.ranks.is_main else {}
+
+    def update(self) -> bool:
+        """One optimizer step on the next update's batches, logged (False: the loss was not finite and the run
+        diverged there, the update skipped)."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        loss_sum, n_tokens = train_step(self.model, self.opt, self.loss_fn, self.stream.next_update(),
+                                        self.lr_at(self.step + 1), cfg.label_smoothing, self.device, self.autocast,
+                                        self.ranks, self.ddp)
+        for hook in self.hooks:
+            loss_sum = hook(self.step + 1, loss_sum)
+        loss = self.ranks.sum(loss_sum)[0] / n_tokens
+        if not math.isfinite(loss) and nonfinite(loss, self.step + 1, cfg, self.clock):
+            return False
+        if cfg.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+        self.opt.step()
+        self.step, dt = self.step + 1, time.perf_counter() - t0
+        self.clock["train_seconds"] += dt
+        self.clock["tokens_seen"] += n_tokens
+        self.log.train_step(self.step, loss, n_tokens, dt, self.lr_at(self.step), self.clock["train_seconds"],
+                            self.stream.epoch)
+        return True
+
+    def evaluate(self) -> bool:
+        """Dev perplexity and the measurements' curves where this step is an evaluation step (rank 0), the patience
+        rule's and the divergence check's decision on every rank, and at the budget's last step the curves' last
+        point before averaging; whether this step evaluated."""
+        cfg, ranks, step = self.cfg, self.ranks, self.step
+        evaluated, dev_ppl = self.log.should_eval(step), None
+        if evaluated and ranks.is_main:
+            dev_ppl = self.dev_perplexity()
+            self.log.record(step, {"dev_ppl": dev_ppl, **measured(self.measures, "at_eval", self.context)})
+            if self.rule and self.rule.update(step, dev_ppl):      # a new best: keep the window ending here
+                self.ckpt.pin(window(sorted(set(self.ckpt.steps()) | {step}), step, cfg.average_last))
+            self.model.train()
+        if evaluated:      # the rule's decision, and (stop_diverged) dev above where it began: rank 0's
+            self.stop_now = (agree_on_rule(self.rule, ranks) if self.rule else self.stop_now) or \
+                diverged_on_dev(cfg, self.clock, step, ranks, ranks.is_main and dev_ppl)
+        if step == cfg.steps and not evaluated and ranks.is_main:   # the curves' last point, before averaging
+            last = [(m, s) for m, s in self.measures if m.eval_at_last]
+            if last:
+                self.log.record(step, measured(last, "at_eval", self.context))
+                self.model.train()
+        return evaluated
+
+    def checkpoint(self, evaluated: bool) -> None:
+        """The clock brought up to date and a checkpoint where one is due (after every evaluation under the rule)."""
+        looped = time.perf_counter() - self.t_loop
+        self.clock["wall_seconds"] = self.wall_before + looped
+        self.clock["cpu_seconds"] = self.cpu_before + looped * self.cores
+        rule_state = self.rule.state_dict() if self.rule else None
+        self.ckpt.maybe_save(self.step, self.model, self.opt, self.stream.state_dict(), self.clock, rule_state,
+                             force=bool(self.rule) and evaluated)
+
+    def finish(self) -> dict:
+        """Rank 0: average, score dev (and test) and write metrics.json (harness/train/finish.py)."""
+        cfg, clock, step, stream, rule = self.cfg, self.clock, self.step, self.stream, self.rule
+        return finish(self.model, self.data, cfg, self.device, self.autocast, self.ckpt, self.out, {
+            "params": count_parameters(self.model), "steps": step, "epochs": stream.epochs,
+            **clock_metrics(clock, step), **diverged_metrics(cfg, clock),
+            "padding_fraction": stream.padding_fraction, "grad_accumulation": stream.accum,
+            "batch_shapes": stream.n_shapes or None, "stopped_by_time": self.out_of_time() and step < cfg.steps,
+            **(rule.metrics(step, cfg.steps) if rule else {})},
+            data_cfg=self.data_cfg, rule=rule)
 
 
 def at_initialisation(measures, context, cfg: TrainConfig, clock: dict, step: int, log, dev_ppl,
