@@ -319,7 +319,7 @@ def _assembled(records: list[Record], kept: list[tuple[Record, pd.Series]], drop
     """assemble's result: the kept trials' table, histories and artifacts, under a parent built from the slices."""
     first = records[0]
     ids = {str(run["run_id"]) for _, run in kept}
-    frames = [rec.reads.results["runs"].loc[[i for r, run in kept if r is rec for i in [run.name]]]
+    frames = [rec.reads.results["runs"].loc[[run.name for r, run in kept if r is rec]]
               for rec in records if any(r is rec for r, _ in kept)]
     runs = pd.concat(frames, ignore_index=True) if frames else first.reads.results["runs"].iloc[:0]
     runs = runs[[c for c in runs.columns if "." not in c] + sorted(c for c in runs.columns if "." in c)]

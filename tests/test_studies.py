@@ -79,6 +79,7 @@ def _smoke(study, trials, tmp_path):
     runs = tracking.children(parent)
     assert sorted(r.data.tags["row"] for r in runs) == sorted(t.row for t in trials)
     assert all(r.info.status == "FINISHED" for r in runs)
+    return runs
 
 
 @pytest.mark.slow
@@ -86,7 +87,7 @@ def _smoke(study, trials, tmp_path):
 def test_every_study_smoke_runs_each_row_for_two_steps(path, tmp_path):
     """Every row of the tiny profile (one seed): the whole suite's smoke run of every study."""
     study = load_study(path, "tiny", seeds=[0])
-    _smoke(study, study.trials, tmp_path)
+    assert len(_smoke(study, study.trials, tmp_path)) == len(study.rows)      # one finished child run a row
 
 
 def _representatives() -> list[tuple[Path, str, str]]:
@@ -110,7 +111,7 @@ def _representatives() -> list[tuple[Path, str, str]]:
 @pytest.mark.parametrize("path, row, covers", _representatives(), ids=lambda x: x.stem if isinstance(x, Path) else x)
 def test_one_row_of_each_kind_family_and_measurement_smoke_runs(path, row, covers, tmp_path):
     study = load_study(path, "tiny", [row], [0])
-    _smoke(study, study.trials, tmp_path)
+    assert [r.data.tags["row"] for r in _smoke(study, study.trials, tmp_path)] == [row]
 
 
 BAD = {
