@@ -683,7 +683,7 @@ def _cmd_list(args) -> int:
         for row in study.rows:
             print(f"  {row:<14} {json.dumps(raw['rows'].get(row) or {})}")
     elif what == "claims":
-        from harness.report.claims import load_claims
+        from harness.report.verdicts import load_claims
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
@@ -702,7 +702,7 @@ def _list_overview() -> int:
     """`list` alone: every study with its profiles (the default first), its rows and the ids of its claims."""
     import textwrap
 
-    from harness.report.claims import load_claims
+    from harness.report.verdicts import load_claims
     from harness.study.kinds import load_study
     from harness.study.spec import read_yaml_file
     claims = load_claims()

@@ -416,7 +416,7 @@ def record_figures(monkeypatch) -> list:
     import pkgutil
 
     import harness.report
-    from harness.report.common import save_png
+    from harness.report.files import save_png
     drawn = []
 
     def keep(fig, path):

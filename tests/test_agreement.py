@@ -15,7 +15,7 @@ from harness.data.corpus import DataConfig
 from harness.data.synth import Marked, agreement_pairs, lexicon, synth_config
 from harness.data.synth.sentences import _stream
 from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summarize, wilson
-from harness.report import claims
+from harness.report import verdicts
 from harness.report.rivals import at_budget
 from harness.report.writers import write_report
 from tests.helpers import assert_titled_by_study, finish, new_store, record_figures, start, trial
@@ -156,18 +156,18 @@ def test_probe_refuses_a_run_on_real_text_in_one_sentence(tmp_path, capsys):
 
 
 def test_a_claim_with_also_holds_only_when_both_comparisons_do():
-    c = claims.Claim(id="x", study="table2", source="s", text="t", metric="test_bleu_tok", better="higher", a="base",
+    c = verdicts.Claim(id="x", study="table2", source="s", text="t", metric="test_bleu_tok", better="higher", a="base",
                      b={"best": ["gnmt", "convs2s"]}, expect="better",
                      also={"metric": "train_flops", "better": "lower"})
     bleu = {"base": {0: 30, 1: 31, 2: 32}, "gnmt": {0: 20, 1: 21, 2: 22}, "convs2s": {0: 25, 1: 27, 2: 26}}
     cheaper = {"base": {0: 1.0, 1: 1.0, 2: 1.0}, "convs2s": {0: 2.0, 1: 2.1, 2: 2.0}, "gnmt": {0: 0.5, 1: 0.5, 2: 0.5}}
-    got = claims.verdict(c, bleu, cheaper)
+    got = verdicts.verdict(c, bleu, cheaper)
     assert got["b_row"] == "convs2s" and got["verdict"] == "holds" and got["also"]["verdict"] == "holds"
     dearer = {**cheaper, "convs2s": {0: 0.5, 1: 0.6, 2: 0.55}}
-    got = claims.verdict(c, bleu, dearer)
+    got = verdicts.verdict(c, bleu, dearer)
     assert (got["main_verdict"], got["also"]["verdict"], got["verdict"]) == ("holds", "contradicted", "contradicted")
     noisy = {**bleu, "base": {0: 20, 1: 31, 2: 28}}
-    assert claims.verdict(c, noisy, cheaper)["verdict"] == "inconclusive"
+    assert verdicts.verdict(c, noisy, cheaper)["verdict"] == "inconclusive"
 
 
 def test_at_budget_interpolates_in_log_flops_and_in_seconds():
@@ -213,7 +213,7 @@ def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(t
     assert {p.name for p in paths} >= {"table2_agreement.png", "table2_bleu_vs_compute.png"}
     agree = text.split("## Long-distance agreement (§4), by distance")[1].split("## ")[0]
     assert "| **base** | 3 |" in agree and "long, 4+ (n=1400)" in agree
-    mean, low, high, _ = claims.interval([97.0, 98.0, 97.5])
+    mean, low, high, _ = verdicts.interval([97.0, 98.0, 97.5])
     assert f"{mean:.1f} [{low:.1f}, {high:.1f}]" in agree.split("| **base** |")[1].split("\n")[0]
     compute = text.split("## Quality against compute")[1].split("## ")[0]
     budget = 0.9e6 * 2.0e5                                           # convs2s's final FLOPs, the smallest
@@ -223,11 +223,11 @@ def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(t
     f = math.log(budget / 1.0e11) / math.log(2.0)
     want = sum(15.0 + s + f * 15.0 for s in range(3)) / 3
     assert f"{want:.1f} [" in base_line
-    verdicts = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("| `")}
-    assert "**holds**" in verdicts["attention_agreement_above_conv"]
-    assert "**holds**" in verdicts["attention_agreement_above_rnn"]
+    judged = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("| `")}
+    assert "**holds**" in judged["attention_agreement_above_conv"]
+    assert "**holds**" in judged["attention_agreement_above_rnn"]
     # base beats convs2s (the best rival by BLEU) but at more counted FLOPs: the cost part is contradicted
-    cheaper = verdicts["base_beats_best_rival_cheaper"]
+    cheaper = judged["base_beats_best_rival_cheaper"]
     assert "best of gnmt, convs2s = convs2s" in cheaper and "**contradicted**" in cheaper
     assert "both parts must hold: test_bleu_tok holds, train_flops contradicted" in cheaper
-    assert "**not run**" in verdicts["big_above_every_rival"]
+    assert "**not run**" in judged["big_above_every_rival"]

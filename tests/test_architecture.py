@@ -64,7 +64,7 @@ def imports() -> dict[str, tuple[set[str], set[str]]]:
 
 def reach(mod: str) -> tuple[set[str], set[str]]:
     """Every project module and external package that importing `mod` can import, transitively. A package's
-    __init__ counts: importing harness.report.common first runs harness/report/__init__.py."""
+    __init__ counts: importing harness.report.cells first runs harness/report/__init__.py."""
     graph, seen, ext, todo = imports(), set(), set(), [mod]
     while todo:
         m = todo.pop()
@@ -97,7 +97,7 @@ def is_facade(mod: str) -> bool:
 
 
 def import_graph_with_packages() -> dict[str, set[str]]:
-    """The import graph with the packages a module runs first: importing harness.report.common runs
+    """The import graph with the packages a module runs first: importing harness.report.cells runs
     harness/report/__init__.py (and harness/__init__.py) before it. A facade's re-exports are left out of
     its own edges: it holds no code a submodule could need half-initialized."""
     graph = {}
@@ -146,7 +146,7 @@ def test_facades_are_recognized_and_the_report_package_runs_nothing():
     assert is_facade("model") and is_facade("harness.train")
     assert not is_facade("harness.paper")                      # it loads the tables: code, not re-exports
     # The report package's __init__ imports nothing: its registry lives in writers.py, so that importing
-    # harness.report.common does not first import every layout, which import common (a loop).
+    # harness.report.cells does not first import every layout, which import it (a loop).
     assert imports()["harness.report"] == (set(), {"__future__"}) or imports()["harness.report"] == (set(), set())
 
 

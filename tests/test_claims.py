@@ -1,4 +1,4 @@
-"""The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/report/claims.py)."""
+"""The paper's claims as data, and the verdicts computed from seed-paired intervals (harness/report/verdicts.py)."""
 
 import math
 from pathlib import Path
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from harness.paper import load_tables
-from harness.report import claims
-from harness.report.claims import Claim, interval, verdict
+from harness.report import verdicts
+from harness.report.verdicts import Claim, interval, verdict
 from tests.helpers import new_store
 
 
@@ -80,7 +80,7 @@ def test_every_claim_in_the_file_is_valid_and_names_real_rows():
     rows3 = set(paper_rows) | study_rows
     # the rows of ours: the base on the D rows' data, and the base without positions (§3.5's positions_needed)
     assert study_rows - set(paper_rows) == {"Dbase", "P0"}
-    loaded = claims.load_claims()
+    loaded = verdicts.load_claims()
     assert {c.study for c in loaded} >= {"table2", "table3", "table4", "modern"}
     table3 = [c for c in loaded if c.study == "table3"]
     assert len(table3) >= 10
@@ -105,7 +105,7 @@ def test_table2_claims_quote_tables_yaml_for_their_rows_pair():
     paper = load_tables()["table2"]["rows"]
     from harness.report.table2 import T2_ROWS
     names = T2_ROWS
-    bleu = [c for c in claims.load_claims() if c.study == "table2" and c.paper and c.paper.get("metric") == "bleu"]
+    bleu = [c for c in verdicts.load_claims() if c.study == "table2" and c.paper and c.paper.get("metric") == "bleu"]
     assert {c.id for c in bleu} >= {"big_above_base", "big_above_base_enfr", "base_above_gnmt", "base_above_convs2s"}
     for c in bleu:
         for side in ("a", "b"):
@@ -123,7 +123,7 @@ def test_check_claims_reads_finished_runs_only():
     runs = pd.DataFrame({"tags.row": ["D2", "D2", "D1", "D1", "D1"], "tags.seed": ["0", "1", "0", "1", "2"],
                          "status": ["FINISHED"] * 4 + ["FAILED"],
                          "metrics.dev_ppl": [2.0, 2.1, 3.0, 3.3, 1.0]})
-    got = {c["id"]: c for c in claims.check_claims("table3", runs)}
+    got = {c["id"]: c for c in verdicts.check_claims("table3", runs)}
     d = got["more_dropout_helps"]
     assert d["n"] == 2
     assert d["diff"] == pytest.approx(((math.log(3.0) - math.log(2.0)) + (math.log(3.3) - math.log(2.1))) / 2)
@@ -138,18 +138,18 @@ def _value(**kw) -> Claim:
 
 def test_value_claims_measured_against_the_formula():
     one = {"sdpa": {0: 1.94}}
-    got = claims.value_verdict(_value(), one)
+    got = verdicts.value_verdict(_value(), one)
     assert got["verdict"] == "holds" and got["diff"] == pytest.approx(-0.06) and got["n"] == 1
-    assert claims.value_verdict(_value(), {"sdpa": {0: 2.48}})["verdict"] == "contradicted"   # one seed decides
-    assert claims.value_verdict(_value(a="rnn_loop"), one)["verdict"] == "not run"
+    assert verdicts.value_verdict(_value(), {"sdpa": {0: 2.48}})["verdict"] == "contradicted"   # one seed decides
+    assert verdicts.value_verdict(_value(a="rnn_loop"), one)["verdict"] == "not run"
     spread = {"sdpa": {0: 1.6, 1: 2.3, 2: 2.1}}                   # interval straddles the tolerance's edge
-    assert claims.value_verdict(_value(), spread)["verdict"] == "inconclusive"
+    assert verdicts.value_verdict(_value(), spread)["verdict"] == "inconclusive"
     # counts against the run's own evaluation of the formula, exactly (margin 0)
     counts, formula = {"rnn_loop": {0: 2048.0}}, {"rnn_loop": {0: 2048.0}}
     c = _value(metric="seq_ops", a="rnn_loop", target=None, target_metric="seq_ops_formula", margin=0.0)
-    assert claims.value_verdict(c, counts, formula)["verdict"] == "holds"
-    assert claims.value_verdict(c, {"rnn_loop": {0: 1.0}}, formula)["verdict"] == "contradicted"
-    assert claims.value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
+    assert verdicts.value_verdict(c, counts, formula)["verdict"] == "holds"
+    assert verdicts.value_verdict(c, {"rnn_loop": {0: 1.0}}, formula)["verdict"] == "contradicted"
+    assert verdicts.value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
 
 
 def test_value_claims_over_several_rows_and_a_second_metric():
@@ -157,14 +157,14 @@ def test_value_claims_over_several_rows_and_a_second_metric():
     contradicted by any part outside the tolerance; the shown figures are the farthest part's."""
     c = _value(a=["d64", "d256"], metric="exp_n", target=0.0, margin=1.0, also={"metric": "exp_d"})
     first = {"d64": {0: 0.1}, "d256": {0: -0.4}}
-    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 0.9}})
+    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 0.9}})
     assert got["verdict"] == "holds" and got["a_row"] == "d256" and got["diff"] == pytest.approx(0.9)
     assert [p["metric"] for p in got["parts"]] == ["exp_n", "exp_n", "exp_d", "exp_d"]
-    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 3.0}})    # the time crossover far off
+    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 3.0}})    # the time crossover far off
     assert got["verdict"] == "contradicted" and got["a_row"] == "d256" and got["diff"] == pytest.approx(3.0)
-    got = claims.value_verdict(c, first, None, {"d64": {0: 0.5}})      # a part not run: not every part holds
+    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}})      # a part not run: not every part holds
     assert got["verdict"] == "inconclusive"
-    assert claims.value_verdict(c, {}, None, {})["verdict"] == "not run"
+    assert verdicts.value_verdict(c, {}, None, {})["verdict"] == "not run"
 
 
 def test_better_by_more_than_a_margin():
@@ -184,12 +184,12 @@ def test_table1_claims_name_its_rows_and_metrics():
 
     import yaml
     rows = set(yaml.safe_load((Path(__file__).parents[1] / "studies" / "table1.yaml").read_text())["rows"])
-    table1 = [c for c in claims.load_claims() if c.study == "table1"]
+    table1 = [c for c in verdicts.load_claims() if c.study == "table1"]
     assert len(table1) >= 10 and all(c.expect == "value" and c.a in rows for c in table1)
     runs = pd.DataFrame({"tags.row": ["sdpa", "restricted"], "tags.seed": ["0", "0"], "status": ["FINISHED"] * 2,
                          "metrics.exp_n_fwd": [1.94, 1.83], "metrics.path_measured_max_n": [1.0, 8.0],
                          "metrics.path_formula_max_n": [1.0, 8.0]})
-    got = {c["id"]: c["verdict"] for c in claims.check_claims("table1", runs)}
+    got = {c["id"]: c["verdict"] for c in verdicts.check_claims("table1", runs)}
     assert got["attention_quadratic_in_n"] == "holds" and got["restricted_linear_in_n"] == "contradicted"
     assert got["attention_path_constant"] == got["restricted_path_n_over_r"] == "holds"
     assert got["recurrent_linear_in_n"] == "not run"
@@ -212,13 +212,13 @@ def test_bad_value_claims_are_refused(tmp_path, monkeypatch, bad, message):
     item.setdefault("margin", 0.25)
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({"version": 1, "claims": [item]}))
-    monkeypatch.setattr(claims, "CLAIMS", path)
-    claims.load_claims.cache_clear()
+    monkeypatch.setattr(verdicts, "CLAIMS", path)
+    verdicts.load_claims.cache_clear()
     try:
         with pytest.raises(ValueError, match=message):
-            claims.load_claims()
+            verdicts.load_claims()
     finally:
-        claims.load_claims.cache_clear()
+        verdicts.load_claims.cache_clear()
 
 
 def test_first_of_rows_reads_the_first_that_ran():
@@ -238,7 +238,8 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
     smaller training set against the base's; not widths scaled alike for every row)."""
     import json as _json
 
-    from harness.report.common import _claim_why, claim_departures, row_departures
+    from harness.report.claims_section import claim_why
+    from harness.report.header import claim_departures, row_departures
     tags = {"departures": _json.dumps([
         {"key": "model.d_model", "values": [{"ours": 64, "paper": 512, "rows": ["base", "D1", "Dbase"]},
                                             {"ours": 128, "paper": 1024, "rows": ["big"]}]},
@@ -256,7 +257,7 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
          "b_row": "D1", "margin": 0.0, "claim": _claim(a="Dbase", b="D1")}
     diag = {"Dbase": {"ppl": 1.7, "drop": 0.2, "span": (1200, 1600), "rose": 0, "seeds": 3},
             "D1": {"ppl": 2.4, "drop": 0.0}}
-    why = _claim_why(c, diag, deps)
+    why = claim_why(c, diag, deps)
     assert why.startswith("the interval [+0.200, +0.400] of the paired difference +0.300 lies above 0")
     assert "it rests on Dbase, which was still improving: dev PPL -20 % from step 1200 to 1600" in why
     assert "it rests on departures from the paper that change how its rows compare: `data.train_pairs`" in why
@@ -267,7 +268,7 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
 def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
     """trains_faster_than_rivals: per seed, the training the base needs to reach a rival's best dev BLEU over the
     rival's own, on each axis; below 1 over seeds for every rival and axis to hold."""
-    from harness.report.claims import reached
+    from harness.report.verdicts import reached
     curve = [(1e9, 10.0, 5.0), (1e10, 100.0, 15.0), (1e11, 1000.0, 25.0)]
     assert reached(curve, 15.0, 1) == 100.0 and reached(curve, 20.0, 1) == pytest.approx(550.0)
     assert reached(curve, 20.0, 0) == pytest.approx(10 ** 10.5)          # interpolated in log FLOPs
@@ -281,17 +282,17 @@ def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
     seeds = (0, 1, 2)
     curves = {"base": {s: fast(100 + s) for s in seeds}, "gnmt": {s: fast(400 + 10 * s) for s in seeds},
               "convs2s": {s: fast(300 - s) for s in seeds}}
-    got = claims.sooner_verdict(c, curves)
+    got = verdicts.sooner_verdict(c, curves)
     assert got["verdict"] == "holds" and got["b_row"] == "convs2s" and got["high"] < 1
     assert len(got["parts"]) == 4 and {p["metric"] for p in got["parts"]} == {"seconds_to_rival_best",
                                                                                   "flops_to_rival_best"}
     slow = {**curves, "convs2s": {s: fast(50 + s) for s in seeds}}         # the base takes twice as long
-    assert claims.sooner_verdict(c, slow)["verdict"] == "contradicted"
+    assert verdicts.sooner_verdict(c, slow)["verdict"] == "contradicted"
     never = {**curves, "gnmt": {s: [(1e9, 1.0, 40.0)] for s in seeds}}    # a rival's best the base never reaches
-    got = claims.sooner_verdict(c, never)
+    got = verdicts.sooner_verdict(c, never)
     assert got["verdict"] == "contradicted" and got["b_row"] == "gnmt"
-    assert claims.sooner_verdict(c, {k: {0: v[0]} for k, v in curves.items()})["verdict"] == "inconclusive"
-    assert claims.sooner_verdict(c, {})["verdict"] == "not run"
+    assert verdicts.sooner_verdict(c, {k: {0: v[0]} for k, v in curves.items()})["verdict"] == "inconclusive"
+    assert verdicts.sooner_verdict(c, {})["verdict"] == "not run"
 
 
 def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path):
@@ -329,24 +330,24 @@ def test_a_gap_that_grows_with_depth():
               b=["post6", "pre6"], expect="gap_grows")
     grows = {"post24": {0: 3.0, 1: 3.2, 2: 3.1}, "pre24": {0: 1.0, 1: 1.1, 2: 1.0},
              "post6": {0: 1.2, 1: 1.3, 2: 1.2}, "pre6": {0: 1.0, 1: 1.1, 2: 1.0}}
-    got = claims.gap_verdict(c, grows)
+    got = verdicts.gap_verdict(c, grows)
     assert got["verdict"] == "holds" and got["a_mean"] == pytest.approx(2.067, abs=1e-3)
     assert got["b_mean"] == pytest.approx(0.2) and got["diff"] == pytest.approx(1.867, abs=1e-3)
     shrinks = {**grows, "post24": {0: 1.05, 1: 1.15, 2: 1.05}}
-    assert claims.gap_verdict(c, shrinks)["verdict"] == "contradicted"
-    assert claims.gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
-    assert claims.gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"
+    assert verdicts.gap_verdict(c, shrinks)["verdict"] == "contradicted"
+    assert verdicts.gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
+    assert verdicts.gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"
 
 
 def test_every_claim_names_a_study_file_and_rows_of_it():
     # a misspelled study (or row) would leave the claim out of every report without a word
     import yaml
 
-    from harness.report.claims import rows_read
+    from harness.report.verdicts import rows_read
     studies = {}
     for path in (Path(__file__).parents[1] / "studies").glob("*.yaml"):
         raw = yaml.safe_load(path.read_text())
         studies[raw["study"]] = set(raw.get("rows") or {})
-    for c in claims.load_claims():
+    for c in verdicts.load_claims():
         assert c.study in studies, (c.id, c.study)
         assert rows_read(c, set()) <= studies[c.study], (c.id, rows_read(c, set()) - studies[c.study])

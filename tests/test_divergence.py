@@ -99,8 +99,9 @@ def test_the_rows_plot_reads_diverged_rows_beside_trained_ones():
 def test_a_claim_between_two_rows_that_both_diverged_says_so_rather_than_blaming_seed_noise():
     import pandas as pd
 
-    from harness.report.claims import Claim
-    from harness.report.common import _claim_why, diverged_seeds, regime_note
+    from harness.report.claims_section import claim_why
+    from harness.report.stopping import diverged_seeds, regime_note
+    from harness.report.verdicts import Claim
     g = pd.DataFrame({"metrics.diverged": [1.0, 1.0, 0.0]})
     assert diverged_seeds(g) == (2, 3) and diverged_seeds(pd.DataFrame({"x": [1]})) == (0, 0)
     diag = {"post24": {"diverged": (3, 3), "seeds": 3, "drop": 0.5, "span": (600, 800)},
@@ -112,24 +113,24 @@ def test_a_claim_between_two_rows_that_both_diverged_says_so_rather_than_blaming
                   a="post24", b="post24_nowarmup", expect="better")
     c = {"verdict": "inconclusive", "expect": "better", "n": 3, "diff": 0.0, "low": 0.0, "high": 0.0,
          "a_row": "post24", "b_row": "post24_nowarmup", "margin": 0.0, "claim": claim}
-    why = _claim_why(c, diag)
+    why = claim_why(c, diag)
     assert "post24 was stopped as diverged in 3 of 3 seeds" in why and "the runs cannot order them" in why
     assert "seed-to-seed spread" not in why
     # one side trained: the interval is read as usual
-    why = _claim_why(c | {"b_row": "pre24", "low": -0.5, "high": 0.5}, diag)
+    why = claim_why(c | {"b_row": "pre24", "low": -0.5, "high": 0.5}, diag)
     assert "seed-to-seed spread" in why and "cannot order" not in why
 
 
 def test_a_diverged_runs_dev_curve_ends_where_its_weights_went_not_at_the_score_of_its_start():
-    from harness.report.common import diverged_curve
+    from harness.report.curves import diverged_curve
     hist = [(0, 1041.7), (200, 229.5), (400, 232.0), (600, 399.1), (800, 3580.0), (800, 1041.7)]
     assert diverged_curve(hist, 1041.7) == hist[:5]
     assert diverged_curve([(0, 1041.7)], 1041.7) == [(0, 1041.7)]        # diverged at the start: its one point
 
 
 def test_a_gap_claim_over_diverged_rows_says_what_its_gap_then_measures():
-    from harness.report.claims import Claim
-    from harness.report.common import _claim_why
+    from harness.report.claims_section import claim_why
+    from harness.report.verdicts import Claim
     claim = Claim(id="depth_gap_grows", study="depth", source="", text="", metric="nll", better="lower",
                   a=["post24_nowarmup", "pre24_nowarmup"], b=["post6_nowarmup", "pre6_nowarmup"], expect="gap_grows")
     c = {"verdict": "contradicted", "expect": "gap_grows", "n": 3, "a": "post24_nowarmup − pre24_nowarmup",
@@ -137,8 +138,8 @@ def test_a_gap_claim_over_diverged_rows_says_what_its_gap_then_measures():
          "claim": claim}
     diag = {"post24_nowarmup": {"diverged": (3, 3)}, "post6_nowarmup": {"diverged": (3, 3)},
             "pre24_nowarmup": {"diverged": (0, 3)}, "pre6_nowarmup": {"diverged": (0, 3)}}
-    why = _claim_why(c, diag)
+    why = claim_why(c, diag)
     assert why.startswith("the gap post24_nowarmup − pre24_nowarmup was +5.280")
     assert "; post24_nowarmup and post6_nowarmup stopped as diverged in every seed" in why
     assert "pre24_nowarmup stopped" not in why
-    assert "diverged" not in _claim_why(c, {r: {"diverged": (1, 3)} for r in diag})     # not every seed: no note
+    assert "diverged" not in claim_why(c, {r: {"diverged": (1, 3)} for r in diag})     # not every seed: no note

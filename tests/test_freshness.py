@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.report.common import departure_lines
 from harness.report.evidence import read_evidence
+from harness.report.header import departure_lines
 from harness.report.registration import registration
 from harness.study.departures import departures
 from harness.study.kinds import load_study

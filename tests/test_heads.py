@@ -214,7 +214,7 @@ def test_the_probe_refuses_real_text_and_other_families_in_one_sentence(tmp_path
 
 
 def test_threshold_claims_hold_fail_or_stay_open_by_their_interval():
-    from harness.report.claims import check_claims
+    from harness.report.verdicts import check_claims
     def verdicts(rho, prunable, gain):
         runs = pd.DataFrame({"status": ["FINISHED"] * 3, "tags.row": ["base"] * 3, "tags.seed": ["0", "1", "2"],
                              "metrics.heads_rho_zero": rho, "metrics.heads_prunable_enc": prunable,

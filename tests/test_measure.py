@@ -126,18 +126,18 @@ def test_a_toy_measurement_is_logged_reported_and_judged_from_a_study(toy, tmp_p
     assert len(trials) == 4 and all(r.data.metrics["toy_weight_norm"] > 0 for r in trials)
     assert all(r.data.params["train.toy_scale"] == "2.0" for r in trials)
 
-    from harness.report import claims
+    from harness.report import verdicts
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({"version": 1, "claims": [
         {"id": "toy_norm_positive", "study": "toy", "source": "tests/test_measure.py", "text": "Weights have a norm.",
          "metric": "toy_norm", "a": "base", "expect": "above", "target": 0.0}]}))
-    monkeypatch.setattr(claims, "CLAIMS", path)
+    monkeypatch.setattr(verdicts, "CLAIMS", path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    claims.load_claims.cache_clear()
+    verdicts.load_claims.cache_clear()
     try:
         assert main(["report", "--study", "toy", "--out", str(tmp_path / "reports")]) == 0
     finally:
-        claims.load_claims.cache_clear()
+        verdicts.load_claims.cache_clear()
     (md,) = (tmp_path / "reports").rglob("toy.md")
     text = md.read_text()
     assert "## Toy: the weights' norm" in text and "| base |" in text and "| A1 |" in text
@@ -155,7 +155,7 @@ def test_no_measurement_setting_is_named_outside_its_own_module():
 def test_reports_load_every_measurement_without_torch():
     """Rendering a report loads every measurement (their sections and claim metrics) and must not import torch:
     each measurement module imports its evaluation code inside its hooks."""
-    code = ("import sys; import harness.report.writers, harness.report.claims as c; "
+    code = ("import sys; import harness.report.writers, harness.report.verdicts as c; "
             "from harness.measure.registry import measurements; ms = measurements(); c.metrics(); "
             "assert len(ms) >= 6, ms; assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

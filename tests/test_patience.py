@@ -175,7 +175,7 @@ def test_a_run_cut_while_finishing_keeps_the_splits_it_scored(tmp_path, data_cfg
 def test_the_report_header_counts_the_trials_the_rule_stopped_apart_from_budget_and_diverged_ones():
     import pandas as pd
 
-    from harness.report.common import stopping_summary
+    from harness.report.stopping import stopping_summary
     nan = float("nan")
     runs = pd.DataFrame({"status": ["FINISHED"] * 4 + ["RUNNING"] + ["FINISHED"] * 2,
                          "tags.row": ["base", "base", "big", "big", "big", "deep", "deep"],
@@ -201,7 +201,7 @@ def test_the_report_header_counts_the_trials_the_rule_stopped_apart_from_budget_
 def test_a_row_stopped_by_its_time_limit_says_so_rather_than_blaming_the_budget():
     import pandas as pd
 
-    from harness.report.common import stopping_notes
+    from harness.report.stopping import stopping_notes
     runs = pd.DataFrame({"status": ["FINISHED"] * 3, "tags.row": ["base", "base", "big"], "tags.seed": ["0", "1", "0"],
                          "metrics.stopped_by_rule": [0.0, 0.0, 0.0], "metrics.hit_budget": [0.0, 1.0, 0.0],
                          "metrics.steps": [700.0, 1000.0, 400.0], "metrics.best_step": [700.0, 900.0, 300.0]})
@@ -216,7 +216,7 @@ def test_the_status_view_the_row_notes_and_the_report_header_read_an_ending_alik
     # the rule hit its budget in each, and a diverged seed is diverged in each, not a time limit.
     import pandas as pd
 
-    from harness.report.common import stopping_notes, stopping_summary
+    from harness.report.stopping import stopping_notes, stopping_summary
     from harness.study.status import ending
     nan = float("nan")
     runs = pd.DataFrame({"status": ["FINISHED"] * 3, "tags.row": ["base", "big", "deep"], "tags.seed": ["0"] * 3,
@@ -240,7 +240,7 @@ def test_a_rows_note_names_its_seeds_as_they_ran_in_numeric_order():
     # Seeds 10 and 2 finished (0 did not): the note names them 2 then 10, not "seed 0" and "seed 1"
     import pandas as pd
 
-    from harness.report.common import stopping_notes
+    from harness.report.stopping import stopping_notes
     runs = pd.DataFrame({"status": ["FINISHED", "FINISHED"], "tags.row": ["base", "base"], "tags.seed": ["10", "2"],
                          "metrics.stopped_by_rule": [1.0, 0.0], "metrics.hit_budget": [0.0, 1.0],
                          "metrics.steps": [700.0, 1000.0], "metrics.best_step": [500.0, 1000.0]})

@@ -117,9 +117,9 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
     # Rows y and v ran before the claim existed: the report's registration cell must say so.
     import pandas as pd
 
-    from harness.report import common
+    from harness.report import claims_section
     from harness.report import registration as reg
-    from harness.report.claims import Claim, rows_read
+    from harness.report.verdicts import Claim, rows_read
     repo.write("harness/x.py", "x = 0\n")
     early = repo.commit("y and v ran")
     gap = {"id": "gap_grows_here", "study": "depth", "source": "-", "text": "-", "metric": "dev_nll",
@@ -130,23 +130,24 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
     assert rows_read(claim, {"post24", "pre24", "post6", "pre6"}) == {"post24", "pre24", "post6", "pre6"}
     runs = pd.DataFrame({"tags.row": ["post24", "pre24", "post6", "pre6"], "status": ["FINISHED"] * 4,
                          "tags.git_sha": [claimed, early, claimed, early], "tags.git_dirty": ["False"] * 4})
-    monkeypatch.setattr(common, "registration",
+    monkeypatch.setattr(claims_section, "registration",
                         lambda cid, shas, dirty=False: reg.registration(cid, shas, dirty, root=repo.root))
     c = {"claim": claim, "a_row": "post24", "b_row": "post6"}
-    assert common._registered("gap_grows_here", c, runs) == f"written after these runs' figures (commit {claimed[:7]})"
+    registered = claims_section.claim_registration
+    assert registered("gap_grows_here", c, runs) == f"written after these runs' figures (commit {claimed[:7]})"
     runs["tags.git_sha"] = claimed
-    assert common._registered("gap_grows_here", c, runs) == f"registered ({claimed[:7]})"
+    assert registered("gap_grows_here", c, runs) == f"registered ({claimed[:7]})"
     runs.loc[1, "tags.git_sha"] = None                     # a run that recorded no commit
-    assert common._registered("gap_grows_here", c, runs).startswith("unknown: some of the runs recorded no commit")
+    assert registered("gap_grows_here", c, runs).startswith("unknown: some of the runs recorded no commit")
     # a run the verdict does not read (it failed, at an early commit) does not decide the registration
     runs.loc[1, "tags.git_sha"] = claimed
     failed = pd.DataFrame({"tags.row": ["pre6"], "status": ["FAILED"], "tags.git_sha": [early],
                            "tags.git_dirty": ["False"]})
-    assert common._registered("gap_grows_here", c, pd.concat([runs, failed])) == f"registered ({claimed[:7]})"
+    assert registered("gap_grows_here", c, pd.concat([runs, failed])) == f"registered ({claimed[:7]})"
 
 
 def test_the_rows_a_verdict_reads():
-    from harness.report.claims import Claim, rows_read
+    from harness.report.verdicts import Claim, rows_read
     base = {"id": "x", "study": "t", "source": "-", "text": "-", "metric": "dev_nll", "better": "lower"}
     first = Claim(**base, a={"first": ["Dbase", "base"]}, b="D1", expect="better")
     assert rows_read(first, {"Dbase", "base", "D1"}) == {"Dbase", "D1"}        # the first that ran is read
@@ -232,9 +233,9 @@ def test_a_named_invocations_report_counts_the_profiles_earlier_test_figures(rep
 
 
 def test_the_reports_of_a_profile_are_found_by_their_provenance():
-    from harness.report.common import _reports_of
-    assert {"reports/table3.md", "reports/corpus2/table3.md"} <= set(_reports_of("table3", "tiny"))
-    assert "reports/table3.md" not in _reports_of("table3", "multi30k")
+    from harness.report.claims_section import reports_of
+    assert {"reports/table3.md", "reports/corpus2/table3.md"} <= set(reports_of("table3", "tiny"))
+    assert "reports/table3.md" not in reports_of("table3", "multi30k")
 
 
 def test_a_claim_shown_as_not_run_had_no_verdict_to_know(repo):

@@ -316,7 +316,7 @@ def test_the_convergence_check_reads_the_last_weights_not_their_average(tmp_path
     """Averaged, a row's final dev PPL is its checkpoints' mean; whether training still improved is read from
     the curve ending in the last weights' own dev PPL (dev_ppl_last), so averaging's gain is not mistaken
     for a run stopped early."""
-    from harness.report.common import row_diagnostics
+    from harness.report.stopping import row_diagnostics
     uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment("t", artifact_location=(tmp_path / "mlruns").as_uri())
@@ -414,7 +414,7 @@ def test_a_one_seed_report_says_which_claims_point_the_papers_way_and_how_to_get
 def test_the_one_seed_note_times_three_seeds_from_the_whole_study_not_its_last_resume():
     # transformer_tiny ran 2.69 h over four invocations, the last 34 minutes: three seeds cost about three times
     # the 2.69 h (minus the data preparation, done once), not three times the last resume's 34 minutes
-    from harness.report.common import one_seed_note
+    from harness.report.claims_section import one_seed_note
     checked = [{"verdict": "inconclusive", "n": 1, "diff": -0.16,
                 "claim": type("C", (), {"expect": "value", "margin": 0.0})()}]
     parent = {"status": "FINISHED", "tags": {"command": "python -m harness run studies/transformer_tiny.yaml"},
@@ -431,7 +431,7 @@ def test_a_plot_the_new_report_does_not_draw_is_removed_with_it(tmp_path):
     # the file goes; a PNG no report of this study showed is not touched.
     import pandas as pd
 
-    from harness.report.common import install_files, write_files
+    from harness.report.files import install_files, write_files
     out, made = tmp_path / "reports", tmp_path / "made"
     out.mkdir()
     made.mkdir()
@@ -503,7 +503,7 @@ TABLE3_ROWS = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4
 
 
 def test_learning_curves_past_ten_rows_are_drawn_by_group_against_the_base():
-    from harness.report.common import curve_panels
+    from harness.report.curves import curve_panels
     # Table 3's rows by letter (Dbase with D), a letter of one row (E, P0) with the others, the base in none
     assert curve_panels(TABLE3_ROWS) == [["A1", "A2", "A3", "A4"], ["B1", "B2"],
                                          ["C1", "C2", "C3", "C4", "C5", "C6", "C7"], ["D1", "D2", "Dbase", "D3", "D4"],
@@ -519,7 +519,7 @@ def test_learning_curves_past_ten_rows_are_drawn_by_group_against_the_base():
 
 def test_a_22_row_study_draws_a_pair_of_panels_a_group(tmp_path, monkeypatch):
     from harness import tracking
-    from harness.report.common import plot_learning_curves
+    from harness.report.curves import plot_learning_curves
     hist, recs = {}, []
     for i, row in enumerate(TABLE3_ROWS):
         for seed in range(2):

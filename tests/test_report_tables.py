@@ -435,7 +435,7 @@ def test_table4_gives_f1_over_seeds_with_its_95_percent_interval():
                          "params.data.name": ["data/ptb-wsj-sample"] * 3,
                          "metrics.test_f1": [75.07, 75.30, 74.0], "metrics.dev_f1": [74.59, 75.1, 74.0]})
     r = summarize_table4(runs, ["wsj_only"]).set_index("row").loc["wsj_only"]
-    from harness.report.claims import interval
+    from harness.report.verdicts import interval
     mean, low, high, n = interval([75.07, 75.30, 74.0])
     assert n == 3 and r["test_f1"] == pytest.approx(mean) and r["test_f1_ci"] == pytest.approx(mean - low)
     assert r["test_f1_ci"] > r["test_f1_std"] > 0                        # t(2) = 4.30: wider than one std
@@ -446,7 +446,7 @@ def test_a_log_axis_carries_plain_labels_over_a_narrow_range_and_a_wide_one():
     numbers enough to read; over decades (a diverged run's 1000 beside 1.3) it keeps the log ticks, written plainly."""
     from matplotlib.figure import Figure
 
-    from harness.report.common import plain_log_labels
+    from harness.report.curves import plain_log_labels
     ax = Figure().add_subplot()
     ax.plot([1, 2, 3], [3.1, 1.6, 1.4])
     ax.set_yscale("log")
@@ -469,7 +469,7 @@ def test_a_log_axis_of_flops_is_labelled_at_1_2_and_5_of_each_decade():
     labels 1, 2 and 5 of each decade from one to three decades, and the decades alone past three."""
     from matplotlib.figure import Figure
 
-    from harness.report.common import sci_log_labels
+    from harness.report.curves import sci_log_labels
 
     def labelled(xs):
         ax = Figure().add_subplot()
@@ -495,7 +495,7 @@ def test_a_log_axis_under_one_decade_carries_round_numbers_whose_labels_do_not_t
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from harness.report.common import sci_log_labels
+    from harness.report.curves import sci_log_labels
     fig = Figure(figsize=(5.5, 4.5), layout="constrained")
     ax = fig.add_subplot()
     ax.plot([6.4e14, 1.45e15], [40.85, 40.85], "o")
@@ -533,7 +533,7 @@ def test_row_names_do_not_overlap_stay_inside_the_axes_and_keep_their_points_ord
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from harness.report.common import place_labels
+    from harness.report.labels import place_labels
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
     names = list(_TABLE3_POINTS)
@@ -579,7 +579,7 @@ def test_no_column_line_crosses_a_name(points):
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from harness.report.common import crosses, place_labels
+    from harness.report.labels import crosses, place_labels
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
     xs, ys, errs = (list(v) for v in zip(*points.values()))
@@ -601,14 +601,14 @@ def test_no_column_line_crosses_a_name(points):
 def test_crosses_a_box_only_where_the_segment_enters_it():
     from matplotlib.transforms import Bbox
 
-    from harness.report.common import crosses
+    from harness.report.labels import crosses
     box = Bbox.from_extents(10, 10, 20, 20)
     assert crosses(box, (0, 0), (30, 30)) and crosses(box, (15, 0), (15, 40))
     assert not crosses(box, (0, 0), (30, 5)) and not crosses(box, (0, 25), (30, 25))
 
 
 def test_a_column_of_names_moves_up_from_the_floor_but_not_past_the_ceiling():
-    from harness.report.common import label_stack
+    from harness.report.labels import label_stack
     assert label_stack([80.0, 50.0, 30.0], 3.0, 0.0, 100.0) == [80.0, 50.0, 30.0]       # room: each at its point
     assert label_stack([80.0, 79.5, 79.0], 3.0, 0.0, 100.0) == [80.0, 77.0, 74.0]       # a gap apart
     assert label_stack([10.0, 9.0, 8.0], 4.0, 5.0, 100.0) == [13.0, 9.0, 5.0]          # lifted off the floor
@@ -647,7 +647,7 @@ def test_the_papers_crowded_ensembles_are_named_apart_and_beside_their_points():
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from harness.report.common import place_labels
+    from harness.report.labels import place_labels
     fig = Figure(figsize=(5, 4))
     ax = fig.add_subplot()
     ax.set_xscale("log")
@@ -676,7 +676,7 @@ def test_a_column_with_no_room_right_of_its_points_widens_the_axis(widen):
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from harness.report.common import place_labels
+    from harness.report.labels import place_labels
     rows = [(1e21, 41.3 - 0.1 * k, f"a long row name number {k}") for k in range(4)] + [(1e19, 30.0, "alone")]
     fig = Figure(figsize=(5.5, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -728,9 +728,9 @@ def test_a_name_is_not_written_against_another_points_marker(prefer_apart, monke
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    import harness.report.common as common
+    import harness.report.labels as labels
     if not prefer_apart:
-        monkeypatch.setattr(common, "apart", lambda *a: True)
+        monkeypatch.setattr(labels, "apart", lambda *a: True)
     points = {"base": (0.542, 81.4, 0.3), "additive_dk256": (0.77, 85.2, 1.5), "scaled_dk256": (0.77, 83.6, 1.0),
               "far": (1.66, 40.0, 1.0)}
     fig = Figure(figsize=(6.5, 4.8))
@@ -738,7 +738,7 @@ def test_a_name_is_not_written_against_another_points_marker(prefer_apart, monke
     xs, ys, errs = (list(v) for v in zip(*points.values()))
     ax.errorbar(xs, ys, yerr=errs, fmt="o")
     ax.set_xlim(0.5, 1.85)
-    texts = common.place_labels(ax, list(points), xs, ys, errs)
+    texts = labels.place_labels(ax, list(points), xs, ys, errs)
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw_without_rendering()
     box = next(Text.get_window_extent(t, renderer) for t in texts if t.get_text() == "scaled_dk256")

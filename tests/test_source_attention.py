@@ -138,7 +138,7 @@ def test_the_report_gives_each_layers_share_and_fade_with_a_plot(tmp_path):
 def test_the_fade_claim_reads_each_runs_contribution_fade():
     import pandas as pd
 
-    from harness.report.claims import check_claims, per_seed
+    from harness.report.verdicts import check_claims, per_seed
     rows = []
     for seed in range(3):
         for row, slope in (("base", 0.0), ("prefix", 0.02 + 0.001 * seed)):

@@ -564,7 +564,7 @@ def test_provenance_is_the_projects_checkout_not_the_current_directory(tmp_path,
 
 
 def test_departures_from_the_paper_are_generated_from_the_study_file():
-    from harness.report.common import departure_lines
+    from harness.report.header import departure_lines
     from harness.study.departures import departures, departures_tag
     t2 = load_study(ROOT / "studies" / "table2.yaml", "multi30k")
     found = {d["key"]: {(json.dumps(v["ours"]), json.dumps(v["paper"])): v["rows"] for v in d["values"]}

@@ -27,8 +27,8 @@ def _measure(ctx: Context, s: Settings) -> dict:
 
 
 def _section(ctx: SectionContext):
-    from harness.report.claims import claims_for
     from harness.report.rivals import compute_section
+    from harness.report.verdicts import claims_for
     sooner = next(((c.a, tuple(c.b)) for c in claims_for(ctx.study) if c.expect == "sooner"), None)
     lines, plot = compute_section(ctx.runs, ctx.uri, ctx.rows, ctx.out_dir / f"{ctx.study}_bleu_vs_compute.png",
                                   sooner)

@@ -36,7 +36,8 @@ def _measure(ctx: Context, s: Settings) -> dict:
 
 
 def _section(ctx: SectionContext):
-    from harness.report.common import bracket_cell, finished, md_table
+    from harness.report.cells import bracket_cell, md_table
+    from harness.report.results import finished
     body = []
     for row in ctx.rows:
         g = finished(ctx.runs, row)

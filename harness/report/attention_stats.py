@@ -10,15 +10,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import (
-    finished,
-    interval_cell,
-    md_table,
-    plain_log_labels,
-    plot_title,
-    save_png,
-    series_style,
-)
+from harness.report.cells import interval_cell, md_table
+from harness.report.curves import plain_log_labels, plot_title, series_style
+from harness.report.files import save_png
+from harness.report.results import finished
 
 # (metric, its column head, format)
 SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob", "{:.3f}"),

@@ -90,7 +90,7 @@ def stale_reason(markdown: str, study: str) -> str | None:
     of its claims section against claims.yaml's for its study, and the registration column that every claims table
     now carries. The index marks such a report stale; tests/test_freshness.py checks the rest (its rows and departures
     against the study file) and that every report it finds stale is marked."""
-    from harness.report.claims import claims_for
+    from harness.report.verdicts import claims_for
     want = {c.id for c in claims_for(study)}
     section = markdown.split("\n## Claims\n", 1)[1].split("\n## ", 1)[0] if "\n## Claims\n" in markdown else ""
     have = set(re.findall(r"^\| `([^`]+)`", section, re.M))

@@ -10,7 +10,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import finished, interval_cell, md_table, plain_log_labels, plot_title, save_png
+from harness.report.cells import interval_cell, md_table
+from harness.report.curves import plain_log_labels, plot_title
+from harness.report.files import save_png
+from harness.report.results import finished
 
 SHOWN = (("ppl", "perplexity", "{:.2f}"), ("bleu", "BLEU (tokenized)", "{:.1f}"),
          ("agree", "agreement accuracy (%)", "{:.1f}"))

@@ -11,7 +11,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.common import bracket_cell, finished, md_table, plain_log_labels, plot_title, save_png, series_style
+from harness.report.cells import bracket_cell, md_table
+from harness.report.curves import plain_log_labels, plot_title, series_style
+from harness.report.files import save_png
+from harness.report.results import finished
 
 _KEY = re.compile(r"^metrics\.gradnorm_(enc|dec)_(\d+)$")
 

@@ -12,7 +12,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness import tracking
-from harness.report.common import interval_cell, md_table, plot_title, save_png
+from harness.report.cells import interval_cell, md_table
+from harness.report.curves import plot_title
+from harness.report.files import save_png
 
 RELATION_NAMES = {"subject": "verb → its subject", "subject_long": "verb → its subject, ≥ 4 words apart",
                   "antecedent": "relative pronoun → its antecedent", "head": "word → its syntactic head"}

@@ -10,19 +10,13 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.common import (
-    architecture_section,
-    bracket_cell,
-    claims_section,
-    header_lines,
-    md_table,
-    plain_log_labels,
-    plot_title,
-    row_order,
-    save_png,
-    series_style,
-    write_files,
-)
+from harness.report.cells import bracket_cell, md_table
+from harness.report.claims_section import claims_section
+from harness.report.curves import plain_log_labels, plot_title, series_style
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.results import row_order
+from harness.report.sections import architecture_section
 
 _POINT = re.compile(r"^metrics\.decode_tok_s_b(\d+)_s(\d+)$")
 

@@ -11,16 +11,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.claims import curves_by_seed, interval, sooner
-from harness.report.common import (
-    bracket_cell,
-    finished,
-    md_table,
-    num,
-    plot_title,
-    save_png,
-    sci_log_labels,
-)
+from harness.report.cells import bracket_cell, md_table, num
+from harness.report.curves import plot_title, sci_log_labels
+from harness.report.files import save_png
+from harness.report.results import finished
+from harness.report.verdicts import curves_by_seed, interval, sooner
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
 

@@ -1,6 +1,6 @@
 """The source's share by target position (harness/eval/source_attention.py's src_{kind}_pT metrics, as MLflow's
 runs table holds them) and its fade from the first positions to the later ones: what both the source-attention
-section (harness/report/source_attention.py) and the claims (harness/report/claims.py) read. Plain pandas."""
+section (harness/report/source_attention.py) and the claims (harness/report/verdicts.py) read. Plain pandas."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness import record
 
-PROVENANCE = "**Provenance:**"       # as common.py's: the line the index copies
+PROVENANCE = "**Provenance:**"       # the line the index copies from each report
 
 
 def slices_of(parent: dict) -> list[dict] | None:

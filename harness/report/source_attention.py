@@ -13,9 +13,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.claims import interval
-from harness.report.common import bracket_cell, finished, md_table, plot_title, save_png
+from harness.report.cells import bracket_cell, md_table
+from harness.report.curves import plot_title
+from harness.report.files import save_png
+from harness.report.results import finished
 from harness.report.shares import EARLY, LATE, fade_per_run, positions
+from harness.report.verdicts import interval
 
 _LAYER_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_L(\d+)_p(\d+)$")
 def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = None) -> str:

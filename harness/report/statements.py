@@ -13,18 +13,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from harness import tracking
-from harness.report.common import (
-    bracket_cell,
-    claims_section,
-    header_lines,
-    md_table,
-    num,
-    plain_log_labels,
-    plot_title,
-    row_order,
-    save_png,
-    write_files,
-)
+from harness.report.cells import bracket_cell, md_table, num
+from harness.report.claims_section import claims_section
+from harness.report.curves import plain_log_labels, plot_title
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.results import row_order
 
 
 def _history(uri: str, runs: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:

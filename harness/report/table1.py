@@ -12,25 +12,21 @@ from matplotlib.figure import Figure
 from harness import tracking
 from harness.paper import load_tables, table1_columns
 from harness.probes.scaling_spec import EXPONENT_TOLERANCE, ScalingSpec, exponent_note, fit_exponent
-from harness.report.common import (
+from harness.report.cells import failure_cell, md_table, num
+from harness.report.claims_section import claims_section
+from harness.report.curves import plot_title, series_style
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.results import (
     NAN,
-    claims_section,
     column,
     declared_rows,
-    failure_cell,
-    header_lines,
-    md_table,
     mean_of,
-    num,
     param_of,
-    plot_title,
     row_groups,
     row_order,
-    save_png,
-    series_style,
     tags_of,
     text_of,
-    write_files,
 )
 
 # Table 1: a measured exponent further than this from the paper's is listed under "where they part".

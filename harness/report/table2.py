@@ -11,36 +11,28 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.claims import t975
-from harness.report.common import (
+from harness.report.cells import failure_cell, md_table, num, pm, seeds_cell
+from harness.report.claims_section import claims_section, late_changes_section
+from harness.report.curves import plot_title, sci_log_labels
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.labels import place_labels
+from harness.report.results import (
     NAN,
-    architecture_section,
-    claims_section,
     column,
     declared_rows,
-    failure_cell,
-    header_lines,
-    late_changes_section,
-    md_table,
     mean_of,
-    measurement_sections,
-    num,
     param_of,
-    place_labels,
-    plot_title,
-    pm,
     row_groups,
     row_order,
-    save_png,
-    sci_log_labels,
-    seeds_cell,
     std_of,
-    stopping_notes,
     synthetic_data,
     tags_of,
     text_of,
-    write_files,
 )
+from harness.report.sections import architecture_section, measurement_sections
+from harness.report.stopping import stopping_notes
+from harness.report.verdicts import t975
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).

@@ -12,25 +12,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.common import (
-    architecture_section,
-    claims_section,
-    column,
-    declared_rows,
-    header_lines,
-    measurement_sections,
-    num,
-    plot_learning_curves,
-    plot_title,
-    row_diagnostics,
-    row_order,
-    save_png,
-    signed,
-    synthetic_data,
-    table_name,
-    write_files,
-)
+from harness.report.cells import num, signed
+from harness.report.claims_section import claims_section
+from harness.report.curves import plot_learning_curves, plot_title
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.results import column, declared_rows, row_order, synthetic_data, table_name
 from harness.report.rows import notes_last, plot_bleu_vs_params, plot_rows, row_cells, summarize_rows
+from harness.report.sections import architecture_section, measurement_sections
+from harness.report.stopping import row_diagnostics
 
 # The paper's architecture columns (Table 3 header) -> the flattened params each trial logged.
 ARCH_COLUMNS = columns("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps")

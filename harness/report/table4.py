@@ -9,32 +9,24 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
-from harness.report.common import (
+from harness.report.cells import failure_cell, half_width, md_table, num, pm, seeds_cell
+from harness.report.claims_section import claims_section, late_changes_section
+from harness.report.curves import plot_learning_curves, plot_title
+from harness.report.files import save_png, write_files
+from harness.report.header import header_lines
+from harness.report.results import (
     NAN,
-    claims_section,
     column,
     declared_rows,
-    failure_cell,
-    half_width,
-    header_lines,
-    late_changes_section,
-    md_table,
     mean_of,
-    num,
     param_of,
-    plot_learning_curves,
-    plot_title,
-    pm,
     row_groups,
     row_order,
-    save_png,
-    seeds_cell,
     std_of,
-    stopping_notes,
     synthetic_data,
     text_of,
-    write_files,
 )
+from harness.report.stopping import stopping_notes
 
 T4_SETUP = {"train_trees": "data.train_pairs", **columns("N", "d_model"), "beam": "train.beam_size",
             "alpha": "train.alpha", "max_extra": "train.max_extra"}

@@ -2,9 +2,9 @@
 reports/README.md (an index).
 
 Each paper table has its layout in a module of its own (table1 ... table4), registered in WRITERS under the
-name that a study's `table:` gives; the helpers they share (reading the latest invocation, the header, cells,
-plots, the claims section) are in common.py, the claims' verdicts in claims.py. Adding a layout touches its
-module and one WRITERS entry.
+name that a study's `table:` gives; the helpers they share are in modules named for their concern (results.py
+reads the latest invocation, header.py, cells.py, curves.py, claims_section.py, files.py, ...), the claims' verdicts
+in verdicts.py. Adding a layout touches its module and one WRITERS entry.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from harness import record, tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
-from harness.report.common import _PROVENANCE, declared_table, install_files, load_results, report_folder
 from harness.report.evidence import Evidence, changes, holds_less, read_evidence, stale_reason
+from harness.report.files import install_files
+from harness.report.results import declared_table, load_results, report_folder
+from harness.report.slices import PROVENANCE
 
 Writer = Callable[[str, dict, str, Path], list[Path]]   # (study, results, uri, out_dir) -> files written
 
@@ -101,8 +103,8 @@ def index_text(out_dir: Path) -> str:
     for md in sorted(p for p in [*out_dir.glob("*.md"), *out_dir.glob("*/*.md"), *out_dir.glob("*/*/*.md")]
                      if p.name != "README.md"):
         text = md.read_text(encoding="utf-8")
-        prov = next((ln[len(_PROVENANCE):].strip() for ln in text.splitlines()
-                     if ln.startswith(_PROVENANCE)), "(no provenance line)")
+        prov = next((ln[len(PROVENANCE):].strip() for ln in text.splitlines()
+                     if ln.startswith(PROVENANCE)), "(no provenance line)")
         headline = _headline(read_evidence(text))
         rel = md.relative_to(out_dir)
         real = rel.parts[0] in REAL_DATA_PROFILES and len(rel.parts) > 1

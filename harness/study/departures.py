@@ -2,7 +2,7 @@
 resolved under the profile that runs and under the study's `paper` profile, and every setting where the
 two differ (widths, depth, steps, warmup, vocabulary, batches, lr_scale, tied embeddings, max_extra,
 averaging, the data and the made-up corpus's settings). The runner keeps the list in the study's parent
-run (tag `departures`), and every report prints it under its header (harness/report/common.py)."""
+run (tag `departures`), and every report prints it under its header (harness/report/header.py)."""
 
 from __future__ import annotations
 
