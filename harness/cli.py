@@ -683,14 +683,12 @@ def _cmd_list(args) -> int:
         for row in study.rows:
             print(f"  {row:<14} {json.dumps(raw['rows'].get(row) or {})}")
     elif what == "claims":
+        from harness.report.claim_kinds.registry import kind_of
         from harness.report.verdicts import load_claims
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
-            target = f"{c.target:g}" if c.target is not None else f"its {c.target_metric}"   # (the formula's)
-            expect = (f"above {c.target:g}" if c.expect == "above" else
-                      f"value {target} within ±{c.margin:g}" if c.expect == "value" else
-                      f"equivalent within ±{c.margin:g}" if c.expect == "equivalent" else c.expect)
+            expect = kind_of(c.expect).describe(c)
             against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
             print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {expect}")
     else:

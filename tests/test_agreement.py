@@ -16,7 +16,9 @@ from harness.data.synth import Marked, agreement_pairs, lexicon, synth_config
 from harness.data.synth.sentences import _stream
 from harness.eval.agreement import BUCKETS, bucket_name, sequence_logprobs, summarize, wilson
 from harness.report import verdicts
+from harness.report.claim_kinds import compare
 from harness.report.rivals import at_budget
+from harness.report.stats import interval
 from harness.report.writers import write_report
 from tests.helpers import assert_titled_by_study, finish, new_store, record_figures, start, trial
 
@@ -161,13 +163,13 @@ def test_a_claim_with_also_holds_only_when_both_comparisons_do():
                      also={"metric": "train_flops", "better": "lower"})
     bleu = {"base": {0: 30, 1: 31, 2: 32}, "gnmt": {0: 20, 1: 21, 2: 22}, "convs2s": {0: 25, 1: 27, 2: 26}}
     cheaper = {"base": {0: 1.0, 1: 1.0, 2: 1.0}, "convs2s": {0: 2.0, 1: 2.1, 2: 2.0}, "gnmt": {0: 0.5, 1: 0.5, 2: 0.5}}
-    got = verdicts.verdict(c, bleu, cheaper)
+    got = compare.verdict(c, bleu, cheaper)
     assert got["b_row"] == "convs2s" and got["verdict"] == "holds" and got["also"]["verdict"] == "holds"
     dearer = {**cheaper, "convs2s": {0: 0.5, 1: 0.6, 2: 0.55}}
-    got = verdicts.verdict(c, bleu, dearer)
+    got = compare.verdict(c, bleu, dearer)
     assert (got["main_verdict"], got["also"]["verdict"], got["verdict"]) == ("holds", "contradicted", "contradicted")
     noisy = {**bleu, "base": {0: 20, 1: 31, 2: 28}}
-    assert verdicts.verdict(c, noisy, cheaper)["verdict"] == "inconclusive"
+    assert compare.verdict(c, noisy, cheaper)["verdict"] == "inconclusive"
 
 
 def test_at_budget_interpolates_in_log_flops_and_in_seconds():
@@ -213,7 +215,7 @@ def test_table2_report_has_agreement_and_compute_sections_and_the_rival_claims(t
     assert {p.name for p in paths} >= {"table2_agreement.png", "table2_bleu_vs_compute.png"}
     agree = text.split("## Long-distance agreement (§4), by distance")[1].split("## ")[0]
     assert "| **base** | 3 |" in agree and "long, 4+ (n=1400)" in agree
-    mean, low, high, _ = verdicts.interval([97.0, 98.0, 97.5])
+    mean, low, high, _ = interval([97.0, 98.0, 97.5])
     assert f"{mean:.1f} [{low:.1f}, {high:.1f}]" in agree.split("| **base** |")[1].split("\n")[0]
     compute = text.split("## Quality against compute")[1].split("## ")[0]
     budget = 0.9e6 * 2.0e5                                           # convs2s's final FLOPs, the smallest

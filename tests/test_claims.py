@@ -8,7 +8,12 @@ import pytest
 
 from harness.paper import load_tables
 from harness.report import verdicts
-from harness.report.verdicts import Claim, interval, verdict
+from harness.report.claim_kinds.compare import verdict
+from harness.report.claim_kinds.gap import gap_verdict
+from harness.report.claim_kinds.sooner import sooner_verdict
+from harness.report.claim_kinds.value import value_verdict
+from harness.report.stats import interval
+from harness.report.verdicts import Claim
 from tests.helpers import new_store
 
 
@@ -138,18 +143,18 @@ def _value(**kw) -> Claim:
 
 def test_value_claims_measured_against_the_formula():
     one = {"sdpa": {0: 1.94}}
-    got = verdicts.value_verdict(_value(), one)
+    got = value_verdict(_value(), one)
     assert got["verdict"] == "holds" and got["diff"] == pytest.approx(-0.06) and got["n"] == 1
-    assert verdicts.value_verdict(_value(), {"sdpa": {0: 2.48}})["verdict"] == "contradicted"   # one seed decides
-    assert verdicts.value_verdict(_value(a="rnn_loop"), one)["verdict"] == "not run"
+    assert value_verdict(_value(), {"sdpa": {0: 2.48}})["verdict"] == "contradicted"   # one seed decides
+    assert value_verdict(_value(a="rnn_loop"), one)["verdict"] == "not run"
     spread = {"sdpa": {0: 1.6, 1: 2.3, 2: 2.1}}                   # interval straddles the tolerance's edge
-    assert verdicts.value_verdict(_value(), spread)["verdict"] == "inconclusive"
+    assert value_verdict(_value(), spread)["verdict"] == "inconclusive"
     # counts against the run's own evaluation of the formula, exactly (margin 0)
     counts, formula = {"rnn_loop": {0: 2048.0}}, {"rnn_loop": {0: 2048.0}}
     c = _value(metric="seq_ops", a="rnn_loop", target=None, target_metric="seq_ops_formula", margin=0.0)
-    assert verdicts.value_verdict(c, counts, formula)["verdict"] == "holds"
-    assert verdicts.value_verdict(c, {"rnn_loop": {0: 1.0}}, formula)["verdict"] == "contradicted"
-    assert verdicts.value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
+    assert value_verdict(c, counts, formula)["verdict"] == "holds"
+    assert value_verdict(c, {"rnn_loop": {0: 1.0}}, formula)["verdict"] == "contradicted"
+    assert value_verdict(c, counts, {})["verdict"] == "not run"     # no formula value: not checked
 
 
 def test_value_claims_over_several_rows_and_a_second_metric():
@@ -157,14 +162,14 @@ def test_value_claims_over_several_rows_and_a_second_metric():
     contradicted by any part outside the tolerance; the shown figures are the farthest part's."""
     c = _value(a=["d64", "d256"], metric="exp_n", target=0.0, margin=1.0, also={"metric": "exp_d"})
     first = {"d64": {0: 0.1}, "d256": {0: -0.4}}
-    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 0.9}})
+    got = value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 0.9}})
     assert got["verdict"] == "holds" and got["a_row"] == "d256" and got["diff"] == pytest.approx(0.9)
     assert [p["metric"] for p in got["parts"]] == ["exp_n", "exp_n", "exp_d", "exp_d"]
-    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 3.0}})    # the time crossover far off
+    got = value_verdict(c, first, None, {"d64": {0: 0.5}, "d256": {0: 3.0}})    # the time crossover far off
     assert got["verdict"] == "contradicted" and got["a_row"] == "d256" and got["diff"] == pytest.approx(3.0)
-    got = verdicts.value_verdict(c, first, None, {"d64": {0: 0.5}})      # a part not run: not every part holds
+    got = value_verdict(c, first, None, {"d64": {0: 0.5}})      # a part not run: not every part holds
     assert got["verdict"] == "inconclusive"
-    assert verdicts.value_verdict(c, {}, None, {})["verdict"] == "not run"
+    assert value_verdict(c, {}, None, {})["verdict"] == "not run"
 
 
 def test_better_by_more_than_a_margin():
@@ -268,7 +273,7 @@ def test_a_verdict_that_holds_still_says_what_it_rests_on():
 def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
     """trains_faster_than_rivals: per seed, the training the base needs to reach a rival's best dev BLEU over the
     rival's own, on each axis; below 1 over seeds for every rival and axis to hold."""
-    from harness.report.verdicts import reached
+    from harness.report.claim_kinds.sooner import reached
     curve = [(1e9, 10.0, 5.0), (1e10, 100.0, 15.0), (1e11, 1000.0, 25.0)]
     assert reached(curve, 15.0, 1) == 100.0 and reached(curve, 20.0, 1) == pytest.approx(550.0)
     assert reached(curve, 20.0, 0) == pytest.approx(10 ** 10.5)          # interpolated in log FLOPs
@@ -282,17 +287,17 @@ def test_sooner_reads_where_the_base_first_reaches_each_rivals_best():
     seeds = (0, 1, 2)
     curves = {"base": {s: fast(100 + s) for s in seeds}, "gnmt": {s: fast(400 + 10 * s) for s in seeds},
               "convs2s": {s: fast(300 - s) for s in seeds}}
-    got = verdicts.sooner_verdict(c, curves)
+    got = sooner_verdict(c, curves)
     assert got["verdict"] == "holds" and got["b_row"] == "convs2s" and got["high"] < 1
     assert len(got["parts"]) == 4 and {p["metric"] for p in got["parts"]} == {"seconds_to_rival_best",
                                                                                   "flops_to_rival_best"}
     slow = {**curves, "convs2s": {s: fast(50 + s) for s in seeds}}         # the base takes twice as long
-    assert verdicts.sooner_verdict(c, slow)["verdict"] == "contradicted"
+    assert sooner_verdict(c, slow)["verdict"] == "contradicted"
     never = {**curves, "gnmt": {s: [(1e9, 1.0, 40.0)] for s in seeds}}    # a rival's best the base never reaches
-    got = verdicts.sooner_verdict(c, never)
+    got = sooner_verdict(c, never)
     assert got["verdict"] == "contradicted" and got["b_row"] == "gnmt"
-    assert verdicts.sooner_verdict(c, {k: {0: v[0]} for k, v in curves.items()})["verdict"] == "inconclusive"
-    assert verdicts.sooner_verdict(c, {})["verdict"] == "not run"
+    assert sooner_verdict(c, {k: {0: v[0]} for k, v in curves.items()})["verdict"] == "inconclusive"
+    assert sooner_verdict(c, {})["verdict"] == "not run"
 
 
 def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path):
@@ -330,13 +335,13 @@ def test_a_gap_that_grows_with_depth():
               b=["post6", "pre6"], expect="gap_grows")
     grows = {"post24": {0: 3.0, 1: 3.2, 2: 3.1}, "pre24": {0: 1.0, 1: 1.1, 2: 1.0},
              "post6": {0: 1.2, 1: 1.3, 2: 1.2}, "pre6": {0: 1.0, 1: 1.1, 2: 1.0}}
-    got = verdicts.gap_verdict(c, grows)
+    got = gap_verdict(c, grows)
     assert got["verdict"] == "holds" and got["a_mean"] == pytest.approx(2.067, abs=1e-3)
     assert got["b_mean"] == pytest.approx(0.2) and got["diff"] == pytest.approx(1.867, abs=1e-3)
     shrinks = {**grows, "post24": {0: 1.05, 1: 1.15, 2: 1.05}}
-    assert verdicts.gap_verdict(c, shrinks)["verdict"] == "contradicted"
-    assert verdicts.gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
-    assert verdicts.gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"
+    assert gap_verdict(c, shrinks)["verdict"] == "contradicted"
+    assert gap_verdict(c, {k: v for k, v in grows.items() if k != "pre6"})["verdict"] == "not run"
+    assert gap_verdict(c, {k: {0: v[0]} for k, v in grows.items()})["verdict"] == "inconclusive"
 
 
 def test_every_claim_names_a_study_file_and_rows_of_it():

@@ -435,7 +435,7 @@ def test_table4_gives_f1_over_seeds_with_its_95_percent_interval():
                          "params.data.name": ["data/ptb-wsj-sample"] * 3,
                          "metrics.test_f1": [75.07, 75.30, 74.0], "metrics.dev_f1": [74.59, 75.1, 74.0]})
     r = summarize_table4(runs, ["wsj_only"]).set_index("row").loc["wsj_only"]
-    from harness.report.verdicts import interval
+    from harness.report.stats import interval
     mean, low, high, n = interval([75.07, 75.30, 74.0])
     assert n == 3 and r["test_f1"] == pytest.approx(mean) and r["test_f1_ci"] == pytest.approx(mean - low)
     assert r["test_f1_ci"] > r["test_f1_std"] > 0                        # t(2) = 4.30: wider than one std

@@ -27,9 +27,11 @@ def _measure(ctx: Context, s: Settings) -> dict:
 
 
 def _section(ctx: SectionContext):
+    from harness.report.claim_kinds.registry import kind_of
     from harness.report.rivals import compute_section
     from harness.report.verdicts import claims_for
-    sooner = next(((c.a, tuple(c.b)) for c in claims_for(ctx.study) if c.expect == "sooner"), None)
+    # the first claim that races the base's curve against its rivals' (a kind that reads the curves)
+    sooner = next(((c.a, tuple(c.b)) for c in claims_for(ctx.study) if kind_of(c.expect).reads_curves), None)
     lines, plot = compute_section(ctx.runs, ctx.uri, ctx.rows, ctx.out_dir / f"{ctx.study}_bleu_vs_compute.png",
                                   sooner)
     return (["", *lines, f"![{plot.stem}]({plot.name})", ""], [plot]) if lines else ([], [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report import verdicts
+from harness.report.stats import interval
 
 
 def num(x, fmt: str = "{:.2f}") -> str:
@@ -15,7 +15,7 @@ def num(x, fmt: str = "{:.2f}") -> str:
 def bracket_cell(values, fmt: str = "{:.1f}", scale: float = 1.0) -> str:
     """The mean of `values` over seeds and its 95 % t-interval, `mean [low, high]`, each times `scale` in `fmt`;
     the mean alone from one value, – from none (interval_cell gives mean ± half-width instead)."""
-    mean, low, high, n = verdicts.interval(values)
+    mean, low, high, n = interval(values)
     if not n:
         return "–"
     f = lambda x: fmt.format(scale * x)  # noqa: E731
@@ -25,7 +25,7 @@ def bracket_cell(values, fmt: str = "{:.1f}", scale: float = 1.0) -> str:
 def interval_cell(values, fmt: str = "{:.2f}") -> str:
     """The mean of `values` over seeds ± the half-width of its 95 % t-interval, each in `fmt`; the mean alone
     from one value, – from none."""
-    mean, low, high, n = verdicts.interval(values)
+    mean, low, high, n = interval(values)
     if not n:
         return "–"
     # the half-width in the same digits, never signed ("+0.158 ± 0.258", not "± +0.258")
@@ -34,7 +34,7 @@ def interval_cell(values, fmt: str = "{:.2f}") -> str:
 
 def half_width(values) -> float:
     """The half-width of the 95 % t-interval of the mean of `values` over seeds; NaN for fewer than two."""
-    mean, low, _, n = verdicts.interval(values)
+    mean, low, _, n = interval(values)
     return mean - low if n >= 2 else float("nan")
 
 

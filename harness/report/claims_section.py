@@ -5,96 +5,18 @@ profile's settings changed after a test figure existed."""
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
 from harness.report import verdicts
-from harness.report.header import claim_departures, row_departures
+from harness.report.claim_kinds.registry import KINDS, kind_of
+from harness.report.header import row_departures
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
 from harness.report.results import report_folder
-from harness.report.stopping import all_diverged, regime_note, row_diagnostics
-
-
-def _claim_value(metric: str, x: float) -> str:
-    if pd.isna(x):
-        return "–"
-    if metric.endswith("nll"):                                     # nll, test_nll, long_nll: ln PPL
-        return f"PPL {math.exp(x):.2f}"
-    if metric.endswith("log_ms"):                                  # ln milliseconds
-        return f"{math.exp(x):.2f} ms"
-    if metric.endswith("_fade"):                                   # a share's fall, in percentage points
-        return f"fade {100 * x:+.1f} points"
-    if metric in ("seq_ops", "path"):                              # counts as counts
-        return f"{x:g}"
-    return f"{x:.2f}" if x == 0 or 0.01 <= abs(x) < 1e6 else f"{x:.3g}"   # a residual's 3.1e-15 as such
-
-
-def _num3(x: float) -> str:
-    """A claim figure in three significant digits, whatever its scale (an exponent's 0.12, a residual's 3.1e-15)."""
-    return "–" if x is None or pd.isna(x) else f"{x:.3g}"
-
-
-def _diverged_why(c: dict, diag: dict[str, dict]) -> str:
-    """For a claim read off several rows (a gap between gaps): which of them diverged in every seed, and what the
-    figure then measures ("" where none did)."""
-    claim = c.get("claim")
-    rows = [r for side in (getattr(claim, "a", None), getattr(claim, "b", None))
-            for r in ([side] if isinstance(side, str) else side or [])]
-    gone = [r for r in dict.fromkeys(rows) if all_diverged(diag.get(r, {}).get("diverged", (0, 0)))]
-    if not gone:
-        return ""
-    return (f"; {' and '.join(gone)} stopped as diverged in every seed and {'is' if len(gone) == 1 else 'are'} "
-            "scored as the start: a gap with a diverged row measures how far the other row trained from that "
-            "start, not how far the diverged row fell behind")
-
-
-def _measured_why(c: dict) -> str:
-    """claim_why for the claims that are not a comparison of two rows: a threshold, a gap between gaps, time to
-    quality, a measurement against the formula."""
-    if c["expect"] == "above":
-        if c["n"] < 2:
-            return f"{c['n']} seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)"
-        side = {"holds": "lies above 0", "contradicted": "lies below 0", "inconclusive": "spans 0"}[c["verdict"]]
-        return (f"{c['a_row']} measured {c['a_mean']:.3g} against the target {c['b_mean']:g} fixed before the runs; "
-                f"the interval [{c['low']:+.3g}, {c['high']:+.3g}] of value − target {side}")
-    if c["expect"] == "gap_grows":
-        if c["n"] < 2:
-            return f"{c['n']} seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)"
-        side = {"holds": "lies above 0: the gap grew", "contradicted": "lies below 0: the gap shrank",
-                "inconclusive": "spans 0"}[c["verdict"]]
-        return (f"the gap {c['a']} was {c['a_mean']:+.3f} and {c['b']} {c['b_mean']:+.3f}; the interval "
-                f"[{c['low']:+.3f}, {c['high']:+.3f}] of their difference {side}")
-    if c["expect"] == "sooner":
-        each = "; ".join(
-            f"{p['row']} {p['metric'].split('_to_')[0]}: ratio {_num3(p['diff'])}"
-            + ("" if pd.isna(p["low"]) else f" [{_num3(p['low'])}, {_num3(p['high'])}]")
-            + (f", never reached in {p['never']} of {p['n']} seeds" if p["never"] else "")
-            + f" ({p['verdict']})" for p in c["parts"])
-        rule = {"holds": "every ratio's interval lies below 1",
-                "contradicted": f"{c['a_row']} needed more than a rival, or never reached its best",
-                "inconclusive": "not every ratio's interval lies below 1 (one seed gives none)",
-                "not run": ""}[c["verdict"]]
-        return (f"{c['a_row']}'s training to reach each rival's best dev BLEU over the rival's own: {each}; {rule}")
-    if c["expect"] == "value":
-        if c.get("parts"):       # several rows or metrics: each part's deviation, then the verdict's reason
-            each = "; ".join(f"{p['row']} {p['metric']} {_num3(p['diff'])}"
-                             + ("" if pd.isna(p["low"]) else f" [{_num3(p['low'])}, {_num3(p['high'])}]")
-                             + f" ({p['verdict']})" for p in c["parts"])
-            rule = {"holds": f"every part within ±{c['margin']:g}",
-                    "contradicted": f"a part outside ±{c['margin']:g}",
-                    "inconclusive": "no part outside the tolerance, but not every part inside it"}[c["verdict"]]
-            return f"measured − target: {each}; {rule}"
-        off = f"{c['a_row']} measured {_num3(c['a_mean'])}, {_num3(abs(c['diff']))} from {c['b_mean']:g}"
-        if c["verdict"] == "holds":
-            return f"{off}: within ±{c['margin']:g}"
-        return (f"{off}: outside ±{c['margin']:g}; the row's notes in the table above say where its fit parts "
-                "from the formula" if c["verdict"] == "contradicted" else
-                f"{off}: its interval over seeds is neither inside nor wholly outside ±{c['margin']:g}")
-    return ""
+from harness.report.stopping import row_diagnostics
 
 
 def claim_rows(claim) -> list[str]:
@@ -121,49 +43,7 @@ def claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] 
         said = [f"{', '.join(waiting)} {'has' if len(waiting) == 1 else 'have'} no finished seed"] * bool(waiting) + \
             [f"{', '.join(pending)} not started"] * bool(pending)
         return f"not finished yet: {'; '.join(said)} (`python -m harness status` shows where each stands)"
-    if c["expect"] in ("above", "gap_grows", "sooner", "value"):
-        return _measured_why(c) + _diverged_why(c, diag)
-    notes = []
-    if c["n"] < 2:
-        notes.append(f"{c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval (run with `--seeds 0,1,2`)")
-    elif c["verdict"] == "holds":
-        notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
-                     + (f"lies above {c['margin']:g}" if c["expect"] == "better" else
-                        f"lies inside ±{c['margin']:g}"))
-    rests = "it rests on " if c["verdict"] == "holds" else ""
-    rows = list(dict.fromkeys(r for r in (c["a_row"], c["b_row"]) if r))
-    for row in rows:
-        d = diag.get(row, {})
-        regime = regime_note(row, diag)
-        if regime and not regime.startswith("stopped by the rule"):     # a row the rule stopped is no caveat
-            notes.append(f"{rests}{row}, which was {regime}" if rests else f"{row} was {regime}")
-        if d.get("seeds") and not d.get("rose") and c["claim"].regime == "over-fitting":
-            notes.append(f"{row} did not over-fit: its dev PPL was at its lowest at the end in every seed")
-    if deps and rows:
-        moved = claim_departures(rows, deps, with_base)
-        if moved:
-            notes.append(f"{'it rests on ' if rests else ''}departures from the paper that change how its rows "
-                         f"compare: {'; '.join(moved)}")
-    if c["n"] >= 2 and c["verdict"] == "inconclusive" and rows and all(
-            all_diverged(diag.get(r, {}).get("diverged", (0, 0))) for r in rows):
-        notes.append("both rows are scored as their start, the same initialisation on both sides: the runs cannot "
-                     "order them")
-    elif c["n"] >= 2 and c["verdict"] == "inconclusive":
-        if c["expect"] == "better":
-            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] of the paired difference {c['diff']:+.3f} "
-                         f"spans {c['margin']:g}: the effect, if any, is within the seed-to-seed spread at this scale")
-        else:
-            notes.append(f"the interval [{c['low']:+.3f}, {c['high']:+.3f}] is not inside ±{c['margin']:g}")
-    if c.get("also"):
-        x = c["also"]
-        notes.append(f"both parts must hold: {c['metric']} {c['main_verdict']}, {x['metric']} {x['verdict']}")
-    if c["verdict"] == "contradicted" and c.get("main_verdict", "contradicted") == "contradicted":
-        notes.append((f"{c['b_row']} is better than {c['a_row']} on every reading of the interval "
-                      f"[{c['low']:+.3f}, {c['high']:+.3f}]" if c["margin"] == 0 else
-                      f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies below the margin {c['margin']:g}: "
-                      f"{c['a_row']} is not better than {c['b_row']} by that much") if c["expect"] == "better" else
-                     f"the whole interval [{c['low']:+.3f}, {c['high']:+.3f}] lies outside ±{c['margin']:g}")
-    return "; ".join(notes)
+    return kind_of(c["expect"]).why(c, diag, deps, with_base)
 
 
 def late_changes_section(parent: dict | None) -> list[str]:
@@ -227,14 +107,7 @@ def claim_registration(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
 
 def points_the_papers_way(c: dict) -> bool | None:
     """Whether a checked claim's point estimate lies on the paper's side (None: nothing to point with)."""
-    if pd.isna(c["diff"]):
-        return None
-    claim = c["claim"]
-    if claim.expect == "sooner":
-        return c["diff"] < 1
-    if claim.expect in ("equivalent", "value"):
-        return abs(c["diff"]) <= claim.margin
-    return c["diff"] > 0
+    return None if pd.isna(c["diff"]) else kind_of(c["claim"].expect).points_the_papers_way(c)
 
 
 def one_seed_note(checked: list[dict], parent: dict | None) -> str:
@@ -255,56 +128,6 @@ def one_seed_note(checked: list[dict], parent: dict | None) -> str:
     return (f" {len(single)} claim{'s rest' if len(single) > 1 else ' rests'} on one seed, which gives no interval: "
             f"{pointing} of {len(single)} point the paper's way by their point estimate alone (not a verdict);"
             f"{rerun}{cost} gives verdicts.")
-
-
-def _claim_cells(c: dict) -> tuple[str, str, str]:
-    """A checked claim's cells: the paper's figures, ours (a against b, or against the target), and the
-    difference with its interval and what the claim asks of it."""
-    claim = c["claim"]
-    paper = claim.paper
-    metric = c.get("part_metric", claim.metric)       # a value claim's figures are its farthest part's
-    unit = "ln PPL" if metric.endswith("nll") else metric
-    a_val, b_val = _claim_value(metric, c["a_mean"]), _claim_value(metric, c["b_mean"])
-    if claim.expect == "sooner":     # time to quality against each rival
-        paper_cell = paper.get("finding", "–")
-        ours = (f"{c['a']} against {c['b']}: the slowest part, against {c['b_row']}, took "
-                f"{_num3(c['a_mean'])} {'seconds' if c['part_metric'].startswith('seconds') else 'FLOPs'} "
-                f"to reach its best where it took {_num3(c['b_mean'])}"
-                if c["b_row"] else f"{c['a']} against {c['b']}")
-    elif claim.expect == "gap_grows":  # a gap between two rows against the gap between two others
-        paper_cell = paper.get("finding", "–")
-        ours = f"{c['a']}: {_num3(c['a_mean'])} vs {c['b']}: {_num3(c['b_mean'])}"
-    elif claim.expect == "value":      # one row's measurement against the formula
-        paper_cell, ours = paper.get("formula", "–"), f"{c['a']}: {a_val} against {b_val}"
-        if c.get("parts"):
-            ours += f" (the part farthest from it: {c['a_row']}, {metric})"
-    elif claim.expect == "above":    # one row's measurement against a threshold
-        paper_cell = paper.get("finding", "–")
-        ours = f"{c['a']}: {c['a_mean']:.3g} against {c['b_mean']:g}"
-    else:
-        paper_cell = (f"{paper['a']:g} vs {paper['b']:g} ({paper.get('metric', claim.metric)})" if paper else "–")
-        ours = f"{c['a']}: {a_val} vs {c['b']}: {b_val}"
-    diff = ("–" if pd.isna(c["diff"]) else f"{c['diff']:+.3f}" if pd.isna(c["low"]) else
-            f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]") + f" {unit}, n={c['n']}"
-    if c.get("also"):        # a second comparison of the same rows, which must hold too
-        x = c["also"]
-        what = "–" if pd.isna(x["diff"]) else f"{x['diff']:+.3g}" if pd.isna(x["low"]) else \
-            f"{x['diff']:+.3g} [{x['low']:+.3g}, {x['high']:+.3g}]"
-        diff += (f" ({c['main_verdict']}); and {x['metric']} ({claim.also['better']} is better): {c['a_row']} "
-                 f"{x['a_mean']:.3g} vs {c['b_row']} {x['b_mean']:.3g}, Δ {what}, n={x['n']} ({x['verdict']})")
-    if claim.expect == "equivalent":
-        diff += f", margin ±{claim.margin:g}"
-    elif claim.expect == "better" and claim.margin:
-        diff += f", by more than {claim.margin:g}"
-    elif claim.expect == "value":
-        diff += f", tolerance ±{claim.margin:g}"
-    elif claim.expect == "above":
-        diff += f", above {claim.target:g}"
-    elif claim.expect == "sooner":
-        diff = ("–" if pd.isna(c["diff"]) else f"ratio {c['diff']:.3f}" if pd.isna(c["low"]) else
-                f"ratio {c['diff']:.3f} [{c['low']:.3f}, {c['high']:.3f}]") + \
-            f" (the largest part), n={c['n']}, below 1 to hold"
-    return paper_cell, ours, diff
 
 
 def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None = None) -> list[str]:
@@ -345,17 +168,11 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
                  "\"registered\" where the claim's rows, metric and margin or threshold were committed in the runs' "
                  "commit or before it, \"written after these runs' figures\" otherwise, and whether the claim was "
                  "redefined after a committed report had shown its verdict.")
-    if any(c["expect"] == "above" for c in checked):
-        lines[2] += (" A threshold claim compares one row's measured value with a target fixed in claims.yaml before "
-                     "the runs: Δ is value - target, and it holds if Δ's interval over seeds lies above 0, is "
-                     "contradicted if it lies below 0, inconclusive otherwise.")
-    if any(c["expect"] == "value" for c in checked):
-        lines[2] += (" A measurement claim (Table 1's columns) compares one row's measured value with the paper's "
-                     "formula instead: Δ is measured - formula, and it holds if Δ lies within the stated tolerance "
-                     "(with several seeds, if its interval does), contradicted otherwise.")
+    present = {c["expect"] for c in checked}
+    lines[2] += "".join(kind.note for name, kind in KINDS.items() if name in present)
     for c in checked:
         claim = c["claim"]
-        paper_cell, ours, diff = _claim_cells(c)
+        paper_cell, ours, diff = kind_of(claim.expect).cells(c)
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
                  claim_why(c, diag, deps, with_base), claim_registration(claim.id, c, runs)]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")

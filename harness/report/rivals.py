@@ -12,10 +12,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.report.cells import bracket_cell, md_table, num
+from harness.report.claim_kinds.sooner import curves_by_seed, sooner
 from harness.report.curves import plot_title, sci_log_labels
 from harness.report.files import save_png
 from harness.report.results import finished
-from harness.report.verdicts import curves_by_seed, interval, sooner
+from harness.report.stats import interval
 
 _BUCKET = re.compile(r"^metrics\.agree_acc_d(\d+)(?:_(\d+)|(p))?$")
 

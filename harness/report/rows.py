@@ -12,7 +12,6 @@ from typing import Callable, Iterable
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report import verdicts
 from harness.report.cells import half_width, md_table, num, pm, signed_pm
 from harness.report.claims_section import claims_section
 from harness.report.curves import plain_log_labels, plot_learning_curves, plot_title
@@ -21,6 +20,7 @@ from harness.report.header import header_lines, is_measurement_setting
 from harness.report.labels import place_labels
 from harness.report.results import METRICS, column, declared_rows, finished, row_groups, row_order, synthetic_data
 from harness.report.sections import architecture_section, measurement_sections
+from harness.report.stats import interval
 from harness.report.stopping import all_diverged, diverged_seeds, regime_note, row_diagnostics
 
 # Params that differ between seeds, never between rows: not a row's "change" against the base.
@@ -76,7 +76,7 @@ def paired_delta(runs: pd.DataFrame, row: str, key: str, ref: str = "base") -> t
     by_seed = lambda r: dict(zip(done.loc[done["row"] == r, "tags.seed"].astype(int),   # noqa: E731
                                  pd.to_numeric(done.loc[done["row"] == r, col], errors="coerce")))
     a, b = by_seed(row), by_seed(ref)
-    mean, low, _, _ = verdicts.interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
+    mean, low, _, _ = interval(a[s] - b[s] for s in sorted(set(a) & set(b)))
     return mean, mean - low
 
 

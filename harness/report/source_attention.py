@@ -18,7 +18,7 @@ from harness.report.curves import plot_title
 from harness.report.files import save_png
 from harness.report.results import finished
 from harness.report.shares import EARLY, LATE, fade_per_run, positions
-from harness.report.verdicts import interval
+from harness.report.stats import interval
 
 _LAYER_METRIC = re.compile(r"^metrics\.src_(mass|contrib)_L(\d+)_p(\d+)$")
 def _fade(done: pd.DataFrame, kind: str, pos: list[int], minus: str | None = None) -> str:

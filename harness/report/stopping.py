@@ -145,3 +145,17 @@ def regime_note(row: str, diag: dict[str, dict]) -> str:
     if pd.notna(drop) and drop > 0.10 and d.get("span"):
         return f"still improving: dev PPL -{100 * drop:.0f} % from step {d['span'][0]} to {d['span'][1]}"
     return ""
+
+
+def diverged_why(c: dict, diag: dict[str, dict]) -> str:
+    """For a claim read off several rows (a gap between gaps): which of them diverged in every seed, and what the
+    figure then measures ("" where none did)."""
+    claim = c.get("claim")
+    rows = [r for side in (getattr(claim, "a", None), getattr(claim, "b", None))
+            for r in ([side] if isinstance(side, str) else side or [])]
+    gone = [r for r in dict.fromkeys(rows) if all_diverged(diag.get(r, {}).get("diverged", (0, 0)))]
+    if not gone:
+        return ""
+    return (f"; {' and '.join(gone)} stopped as diverged in every seed and {'is' if len(gone) == 1 else 'are'} "
+            "scored as the start: a gap with a diverged row measures how far the other row trained from that "
+            "start, not how far the diverged row fell behind")

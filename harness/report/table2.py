@@ -31,8 +31,8 @@ from harness.report.results import (
     text_of,
 )
 from harness.report.sections import architecture_section, measurement_sections
+from harness.report.stats import t975
 from harness.report.stopping import stopping_notes
-from harness.report.verdicts import t975
 
 # Table 2: our study rows -> the paper's row names (tables.yaml table2.rows / table2.training), and the
 # language pair each row trains on (studies/table2.yaml: base and big EN-DE, base_enfr and big_enfr EN-FR).
