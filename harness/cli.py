@@ -209,9 +209,9 @@ def _cmd_run(args) -> int:
 def _cmd_status(args) -> int:
     """`status STUDY`: where the study's latest invocation of a profile stands, read from MLflow."""
     from harness import overrides
+    from harness.logged import invocations, require_store, study_snapshot, tracking_uri
     from harness.study.kinds import load_study
     from harness.study.status import as_ran, overview, render, study_status, to_json
-    from harness.tracking import invocations, require_store, study_snapshot, tracking_uri
     if args.study is None:
         uri = tracking_uri()
         require_store(uri)
@@ -237,12 +237,12 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from harness import tracking
+    from harness import logged
     from harness.report.writers import compare_reports, report_all
     studies = [args.study] if args.study else None
     # --record: each record file is read as a store of its one invocation, in place of MLflow
     # (the slices of one study, profile and name, `run --slices`, assemble into one report)
-    uris = tracking.record_uris(args.record) if args.record else None
+    uris = logged.record_uris(args.record) if args.record else None
     source = "the records" if args.record else "the store"
     if args.check:                  # regenerate apart, compare, write nothing (neither args.out nor MLflow)
         import tempfile

@@ -6,7 +6,7 @@ changes, and a reader can check a committed report against the evidence it was m
 
 A record holds what the report read and nothing else, so a report changed to read something more (a metric it never
 drew) cannot be made from an older record; it says so and names the store to use instead. Tracking URIs of the form
-`record:PATH` (harness/tracking.py) read a record as a store of that one invocation.
+`record:PATH` (harness/logged.py) read a record as a store of that one invocation.
 
 Gzipped JSON written deterministically (sorted keys, no timestamp in the gzip header), so that regenerating a report
 from its record writes the same bytes again. Read with json only: a record never runs code.

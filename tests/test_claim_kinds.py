@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import tracking
+from harness import logged
 from harness.report import verdicts
 from harness.report.claim_kinds.registry import KINDS, NOT_RUN, ClaimKind, difference_cell, register
 from harness.report.results import load_results
@@ -76,7 +76,7 @@ def toy_kind(tmp_path, monkeypatch):
 def test_a_toy_kind_is_judged_and_written(toy_kind, tmp_path):
     if not RECORD.exists():
         pytest.skip(f"{RECORD} is not committed")
-    uri = tracking.record_uri(RECORD)
+    uri = logged.record_uri(RECORD)
     runs = load_results("modern", uri)["runs"]
     got = next(c for c in verdicts.check_claims("modern", runs, uri) if c["id"] == "toy_rope_over_base")
     # the verdict from the per-seed figures, computed here by hand

@@ -232,14 +232,14 @@ def test_every_committed_record_regenerates_its_report(tmp_path):
     import numpy as np
     from matplotlib.image import imread
 
-    from harness import record, tracking
+    from harness import logged, record
     from harness.report.writers import report_all
     records = sorted((ROOT / "reports").rglob("*.record.json.gz"))
     if not records:
         pytest.skip("no committed report has a record yet")
     pins = (ROOT / "docs" / "tested-versions.txt").read_text(encoding="utf-8").splitlines()
     tested_matplotlib = f"matplotlib=={matplotlib.__version__}" in pins
-    made = [p for r in records for p in report_all(tmp_path, tracking.record_uri(r), force=True, publish=False)]
+    made = [p for r in records for p in report_all(tmp_path, logged.record_uri(r), force=True, publish=False)]
     made = sorted({p for p in made if p.name != "README.md"})
     assert {p.name for p in made if p.name.endswith(".record.json.gz")} == {r.name for r in records}
     for path in made:

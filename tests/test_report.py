@@ -11,7 +11,7 @@ from matplotlib.image import imread
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from harness import record, tracking
+from harness import logged, record
 from harness.cli import main
 from harness.errors import UserError
 from harness.paper import load_tables
@@ -518,7 +518,6 @@ def test_learning_curves_past_ten_rows_are_drawn_by_group_against_the_base():
 
 
 def test_a_22_row_study_draws_a_pair_of_panels_a_group(tmp_path, monkeypatch):
-    from harness import tracking
     from harness.report.curves import plot_learning_curves
     hist, recs = {}, []
     for i, row in enumerate(TABLE3_ROWS):
@@ -527,7 +526,7 @@ def test_a_22_row_study_draws_a_pair_of_panels_a_group(tmp_path, monkeypatch):
             hist[(rid, "train_loss")] = [(s, 6.0 - s / 400 - 0.01 * i) for s in range(50, 1601, 50)]
             hist[(rid, "dev_ppl")] = [(s, 30.0 / (1 + s / 200) + 0.1 * i) for s in range(200, 1601, 200)]
             recs.append({"run_id": rid, "tags.row": row, "status": "FINISHED", "tags.profile": "tiny"})
-    monkeypatch.setattr(tracking, "metric_history", lambda uri, rid, key: hist.get((rid, key), []))
+    monkeypatch.setattr(logged, "metric_history", lambda uri, rid, key: hist.get((rid, key), []))
     runs = pd.DataFrame(recs)
     grouped = imread(plot_learning_curves("table3", runs, TABLE3_ROWS, "x", tmp_path / "all.png"))
     one = imread(plot_learning_curves("table3", runs, TABLE3_ROWS[:6], "x", tmp_path / "six.png"))
@@ -640,18 +639,18 @@ def test_the_record_holds_what_the_report_read_and_a_json_artifact(recorded):
     client = MlflowClient(uri)
     run = client.search_runs([client.get_experiment_by_name("table3").experiment_id], "tags.row = 'base'")[0]
     client.log_dict(run.info.run_id, {"heads": [[0.5, 0.25]]}, "heads.json")
-    with tracking.recording() as reads:
-        cols = list(tracking.study_results(uri, "table3")["runs"].columns)
+    with logged.recording() as reads:
+        cols = list(logged.study_results(uri, "table3")["runs"].columns)
         # MLflow's own column order follows a set's (another in each process); the record's may not
         assert [c for c in cols if "." in c] == sorted(c for c in cols if "." in c) and cols[0] == "run_id"
-        assert tracking.artifact_json(uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
-        assert tracking.artifact_json(uri, run.info.run_id, "absent.json") is None
+        assert logged.artifact_json(uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
+        assert logged.artifact_json(uri, run.info.run_id, "absent.json") is None
     path = record.save(tmp_path / "t.record.json.gz", reads, "table3")
     first = path.read_bytes()
-    rec_uri = tracking.record_uri(path)
-    assert tracking.artifact_json(rec_uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
-    assert tracking.artifact_json(rec_uri, run.info.run_id, "absent.json") is None
-    assert tracking.list_studies(rec_uri) == ["table3"] and tracking.study_results(rec_uri, "modern") is None
+    rec_uri = logged.record_uri(path)
+    assert logged.artifact_json(rec_uri, run.info.run_id, "heads.json") == {"heads": [[0.5, 0.25]]}
+    assert logged.artifact_json(rec_uri, run.info.run_id, "absent.json") is None
+    assert logged.list_studies(rec_uri) == ["table3"] and logged.study_results(rec_uri, "modern") is None
     assert record.save(path, reads, "table3").read_bytes() == first          # deterministic: no time in the gzip header
 
 
@@ -696,15 +695,15 @@ def test_a_record_without_what_the_report_reads_or_not_a_record_is_one_sentence(
 
 def test_recordings_nest_and_a_rewritten_record_is_read_again(recorded, tmp_path):
     _, out, uri = recorded
-    with tracking.recording() as outer:
-        with tracking.recording() as inner:
-            tracking.study_results(uri, "table3")
-        tracking.study_results(uri, "modern", variant="corpus2")
+    with logged.recording() as outer:
+        with logged.recording() as inner:
+            logged.study_results(uri, "table3")
+        logged.study_results(uri, "modern", variant="corpus2")
     assert inner.results["parent"]["tags"]["study"] == "table3"
-    assert outer.results["parent"]["tags"]["study"] == "modern" and tracking._RECORDING == []
+    assert outer.results["parent"]["tags"]["study"] == "modern" and logged._RECORDING == []
     path = tmp_path / "r.record.json.gz"
     path.write_bytes((out / "table3.record.json.gz").read_bytes())
-    rec_uri = tracking.record_uri(path)
-    assert tracking.list_studies(rec_uri) == ["table3"]
+    rec_uri = logged.record_uri(path)
+    assert logged.list_studies(rec_uri) == ["table3"]
     path.write_bytes((out / "corpus2" / "modern.record.json.gz").read_bytes())
-    assert tracking.list_studies(rec_uri) == ["modern"] and tracking.variants(rec_uri, "modern") == ["corpus2"]
+    assert logged.list_studies(rec_uri) == ["modern"] and logged.variants(rec_uri, "modern") == ["corpus2"]

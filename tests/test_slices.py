@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import record, tracking
+from harness import logged, record
 from harness.errors import UserError
 from harness.report.writers import report_all
 from tests.helpers import TWO_ROW_STUDY, invocation_of, new_store
@@ -57,7 +57,7 @@ def _slice(tmp_path: Path, name: str, trials: list[tuple], started: str, study: 
 def test_slices_assemble_into_one_invocations_trials_in_the_study_files_order(tmp_path):
     a = _slice(tmp_path, "a", [("A1", 0, "h1", 5.0), ("C1", 0, "h3", 6.0)], "2026-12-07T10:00:00")
     b = _slice(tmp_path, "b", [("base", 0, "h0", 4.0)], "2026-12-07T11:00:00")
-    rec = tracking.record_of(tracking.record_uri([b, a]))
+    rec = logged.record_of(logged.record_uri([b, a]))
     runs, parent = rec.reads.results["runs"], rec.reads.results["parent"]
     assert sorted(runs["tags.trial_key"]) == ["A1-s0", "C1-s0", "base-s0"]
     assert parent["params"]["rows"] == "base,A1,C1" and parent["params"]["seeds"] == "0"    # the study file's order
@@ -72,7 +72,7 @@ def test_slices_assemble_into_one_invocations_trials_in_the_study_files_order(tm
 def test_a_trial_two_slices_hold_is_counted_once_and_the_report_says_whose(tmp_path):
     a = _slice(tmp_path, "a", [("base", 0, "h0", 4.0)], "2026-12-07T10:00:00")
     b = _slice(tmp_path, "b", [("base", 0, "h0", 4.5), ("A1", 0, "h1", 5.0)], "2026-12-07T11:00:00")
-    rec = tracking.record_of(tracking.record_uri([b, a]))
+    rec = logged.record_of(logged.record_uri([b, a]))
     runs = rec.reads.results["runs"]
     assert sorted(runs["tags.trial_key"]) == ["A1-s0", "base-s0"]
     assert float(runs.loc[runs["tags.row"] == "base", "metrics.dev_ppl"].iloc[0]) == 4.0    # the earlier slice's
@@ -84,22 +84,22 @@ def test_a_slice_whose_configuration_hashes_differ_is_refused_with_one_sentence(
     a = _slice(tmp_path, "a", [("base", 0, "h0", 4.0)], "2026-12-07T10:00:00")
     b = _slice(tmp_path, "b", [("base", 0, "hX", 4.0)], "2026-12-07T11:00:00")
     with pytest.raises(UserError, match=r"both hold base-s0 under different configuration hashes \(hX against h0\)"):
-        tracking.record_of(tracking.record_uri([a, b]))
+        logged.record_of(logged.record_uri([a, b]))
     # another seed of the same row, trained under another setting: its settings tell, whatever its hash
     c = _slice(tmp_path, "c", [("base", 1, "h9", 4.0)], "2026-12-07T12:00:00", d_ff="128")
     with pytest.raises(UserError, match=r"trained row base with other settings .*\(model.d_ff 64 against 128\)") as err:
-        tracking.record_of(tracking.record_uri([a, c]))
+        logged.record_of(logged.record_uri([a, c]))
     assert "\n" not in str(err.value) and str(err.value).count(". ") == 0
     d = _slice(tmp_path, "d", [("base", 1, "h7", 4.0)], "2026-12-07T12:00:00", study="modern")
     with pytest.raises(UserError, match="only the slices of one study, profile and name assemble"):
-        tracking.record_of(tracking.record_uri([a, d]))
+        logged.record_of(logged.record_uri([a, d]))
 
 
 def test_report_record_groups_records_by_study_profile_and_name(tmp_path):
     a = _slice(tmp_path, "a", [("base", 0, "h0", 4.0)], "2026-12-07T10:00:00")
     b = _slice(tmp_path, "b", [("A1", 0, "h1", 5.0)], "2026-12-07T11:00:00")
     d = _slice(tmp_path, "d", [("base", 0, "h7", 4.0)], "2026-12-07T12:00:00", study="modern")
-    uris = tracking.record_uris([a, d, b])
+    uris = logged.record_uris([a, d, b])
     assert len(uris) == 2 and uris[0].count(record.SEPARATOR) == 1 and record.SEPARATOR not in uris[1]
 
 
@@ -162,9 +162,9 @@ def test_a_record_that_holds_a_trial_makes_run_skip_it_after_the_store_was_lost(
 @pytest.mark.slow
 def test_two_slices_assembled_equal_one_invocation_of_the_same_trials(slices):
     tmp, _ = slices
-    one = report_all(tmp / "rep-one", tracking.record_uri(sorted((tmp / "one").glob("*.slice.json.gz"))),
+    one = report_all(tmp / "rep-one", logged.record_uri(sorted((tmp / "one").glob("*.slice.json.gz"))),
                      publish=False)
-    two = report_all(tmp / "rep-two", tracking.record_uri(sorted((tmp / "two").glob("*.slice.json.gz"))),
+    two = report_all(tmp / "rep-two", logged.record_uri(sorted((tmp / "two").glob("*.slice.json.gz"))),
                      publish=False)
     md1, md2 = tmp / "rep-one" / "table3.md", tmp / "rep-two" / "table3.md"
     assert md1 in one and md2 in two
@@ -178,7 +178,7 @@ def test_two_slices_assembled_equal_one_invocation_of_the_same_trials(slices):
     path, profile, rows, sets = invocation_of(text)
     assert path.endswith("t3.yaml") and profile == "tiny" and rows == ["base", "A1"] and not any(sets.values())
     # and the assembled report regenerates from its own record, byte for byte
-    again = report_all(tmp / "rep-again", tracking.record_uri(tmp / "rep-two" / "table3.record.json.gz"),
+    again = report_all(tmp / "rep-again", logged.record_uri(tmp / "rep-two" / "table3.record.json.gz"),
                        publish=False)
     assert all(p.read_bytes() == (tmp / "rep-two" / p.relative_to(tmp / "rep-again")).read_bytes()
                for p in again if p.name != "README.md" and p.suffix != ".png")

@@ -9,9 +9,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from harness.cli import main
+from harness.logged import study_snapshot
 from harness.study.kinds import load_study
 from harness.study.status import ALIVE_S, render, study_status
-from harness.tracking import study_snapshot
 from tests.helpers import new_store
 
 STUDY = """

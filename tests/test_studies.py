@@ -512,7 +512,7 @@ def test_ctrl_c_then_resume_finishes_the_rest_without_duplicate_runs(tmp_path):
     first = finished[0]
     assert client.get_run(first.info.run_id).info.end_time == first.info.end_time
     # Both invocations timed themselves on the parent (step 0 the first, 1 the resumed): the report sums them.
-    from harness.tracking import metric_history, study_wall_seconds
+    from harness.logged import metric_history, study_wall_seconds
     beats = metric_history(uri, parents[0].info.run_id, "invocation_wall_seconds")
     assert {step for step, _ in beats} == {0, 1}
     # ... their data preparation too, inside that wall time; the parent keeps the first command and the resume's

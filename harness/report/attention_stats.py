@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness import tracking
+from harness import logged
 from harness.report.cells import interval_cell, md_table
 from harness.report.curves import plain_log_labels, plot_title, series_style
 from harness.report.files import save_png
@@ -21,7 +21,7 @@ SHOWN = (("attn_logit_var", "logit var", "{:.3g}"), ("attn_max_prob", "max prob"
 
 
 def _histories(uri: str, done: pd.DataFrame, key: str) -> list[dict[int, float]]:
-    return [dict(tracking.metric_history(uri, run_id, key)) for run_id in done["run_id"]]
+    return [dict(logged.metric_history(uri, run_id, key)) for run_id in done["run_id"]]
 
 
 def attention_stats_section(runs: pd.DataFrame, order: list[str], uri: str, path: Path) -> tuple[list[str], list[Path]]:

@@ -23,7 +23,7 @@ from matplotlib.ticker import (
     ScalarFormatter,
 )
 
-from harness import tracking
+from harness import logged
 from harness.report.files import save_png
 
 
@@ -31,8 +31,8 @@ def plot_title(study: str, runs: pd.DataFrame) -> str:
     """A plot's title stem: the study, the invocation's name where it has one (`run --name`), and the profile its
     trials ran in: "table3 corpus2 (tiny profile)"."""
     profiles = sorted(set(runs["tags.profile"].dropna().astype(str))) if "tags.profile" in runs else []
-    names = sorted(set(runs[f"tags.{tracking.VARIANT_TAG}"].dropna().astype(str))) \
-        if f"tags.{tracking.VARIANT_TAG}" in runs else []
+    names = sorted(set(runs[f"tags.{logged.VARIANT_TAG}"].dropna().astype(str))) \
+        if f"tags.{logged.VARIANT_TAG}" in runs else []
     named = " ".join([study, *names])
     return f"{named} ({', '.join(profiles)} profile)" if profiles else named
 
@@ -104,9 +104,6 @@ def diverged_curve(hist: list[tuple[int, float]], start: float) -> list[tuple[in
 
 # Up to this many rows share one pair of panels; past it, a study's rows are drawn in groups (`curve_panels`).
 _ONE_PANEL_ROWS = 10
-
-
-_ONE_PANEL_ROWS = 10
 _GROUP_ROWS = 7
 
 
@@ -137,7 +134,7 @@ def _curves(uri: str, run: pd.Series) -> dict[str, list[tuple[int, float]]]:
     start it was scored as."""
     out = {}
     for key in ("train_loss", "dev_ppl"):
-        hist = sorted(tracking.metric_history(uri, run["run_id"], key))
+        hist = sorted(logged.metric_history(uri, run["run_id"], key))
         if hist and key == "dev_ppl" and run.get("metrics.diverged") == 1:
             hist = diverged_curve(hist, run.get("metrics.dev_ppl_start"))
         out[key] = hist

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness import tracking
+from harness import logged
 from harness.report.cells import interval_cell, md_table
 from harness.report.curves import plot_title
 from harness.report.files import save_png
@@ -114,7 +114,7 @@ def _payloads(runs: pd.DataFrame, uri: str) -> list[tuple[int, dict]]:
     done = runs[(runs["status"] == "FINISHED") & runs["metrics.heads_base_nll"].notna()]
     out = []
     for _, run in done.iterrows():
-        payload = tracking.artifact_json(uri, run["run_id"], "heads.json")
+        payload = logged.artifact_json(uri, run["run_id"], "heads.json")
         if payload is not None:
             payload["prunable"] = {name: float(run.get(f"metrics.heads_prunable_{name}", float("nan")))
                                    for name in ("enc", "all")}

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness import tracking
+from harness import logged
 from harness.errors import UserError
 from harness.metrics import claim_metrics
 
@@ -24,12 +24,12 @@ METRICS = {key: claim_metrics()[key][0] for key in ("ppl", "bleu", "bleu_tok")}
 
 
 def load_results(study: str, uri: str | None = None, profile: str | None = None, variant: str = "") -> dict:
-    """The latest invocation of `study` (of name `variant`, `run --name`) as tracking.study_results gives
+    """The latest invocation of `study` (of name `variant`, `run --name`) as logged.study_results gives
     it; a UserError when absent."""
-    uri = uri or tracking.tracking_uri()
-    tracking.require_store(uri)
+    uri = uri or logged.tracking_uri()
+    logged.require_store(uri)
     try:
-        results = tracking.study_results(uri, study, profile, variant)
+        results = logged.study_results(uri, study, profile, variant)
     except UserError:
         raise
     except Exception as err:  # an unreachable server, an unreadable file: one sentence, not a stack
@@ -38,8 +38,8 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
                         "MLFLOW_TRACKING_URI elsewhere.") from None
     which = (f"study {study}" + (f" with profile {profile}" if profile else "")
              + (f" named {variant}" if variant else ""))
-    if results is None and tracking.is_record(uri):
-        rec = tracking.record_of(uri)
+    if results is None and logged.is_record(uri):
+        rec = logged.record_of(uri)
         raise UserError(f"no runs of {which} in the record {rec.path}: it holds study {rec.study} with profile "
                         f"{rec.profile}{f' named {rec.variant}' if rec.variant else ''}.")
     if results is None:
@@ -50,7 +50,7 @@ def load_results(study: str, uri: str | None = None, profile: str | None = None,
         raise UserError(f"the latest run of {which} (MLflow run {results['parent']['run_id']}) has no trials "
                         "yet; let it run or resume it with `python -m harness run ... --resume`.")
     if variant:          # the trials carry no name of their own: plot_title reads it here
-        results["runs"] = results["runs"].assign(**{f"tags.{tracking.VARIANT_TAG}": variant})
+        results["runs"] = results["runs"].assign(**{f"tags.{logged.VARIANT_TAG}": variant})
     return results
 
 
@@ -120,7 +120,7 @@ def report_folder(parent: dict) -> str:
     a folder of that name below its profile's (reports/corpus2/table3.md)."""
     profile = parent["tags"].get("profile") or parent["params"].get("profile")
     folder = Path("." if profile in MAIN_PROFILES else str(profile))
-    variant = parent["tags"].get(tracking.VARIANT_TAG, "")
+    variant = parent["tags"].get(logged.VARIANT_TAG, "")
     return (folder / variant if variant else folder).as_posix()
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from harness import tracking
+from harness import logged
 from harness.report.cells import bracket_cell, md_table, num
 from harness.report.claims_section import claims_section
 from harness.report.curves import plain_log_labels, plot_title
@@ -26,7 +26,7 @@ def _history(uri: str, runs: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFram
     records: dict[tuple, dict] = {}
     for run_id, row, seed in zip(runs["run_id"], runs["tags.row"].astype(str), runs["tags.seed"]):
         for key in keys:
-            for step, value in tracking.metric_history(uri, run_id, key):
+            for step, value in logged.metric_history(uri, run_id, key):
                 records.setdefault((row, seed, step), {"row": row, "seed": seed, "step": step})[key] = value
     return pd.DataFrame(list(records.values()))
 

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from harness import tracking
+from harness import logged
 from harness.metrics import ending_step, ending_words, run_ending
 
 
@@ -23,7 +23,7 @@ def row_diagnostics(runs: pd.DataFrame, uri: str) -> dict[str, dict]:
         finals, drops, span, rose = [], [], None, []
         live_of = dict(zip(g["run_id"], g["metrics.dev_ppl_last"])) if "metrics.dev_ppl_last" in g else {}
         for run in g.itertuples(index=False):
-            hist = sorted(tracking.metric_history(uri, run.run_id, "dev_ppl"))
+            hist = sorted(logged.metric_history(uri, run.run_id, "dev_ppl"))
             if not hist:
                 continue
             last_step, last = hist[-1]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness import tracking
+from harness import logged
 from harness.paper import load_tables, table1_columns
 from harness.probes.scaling_spec import EXPONENT_TOLERANCE, ScalingSpec, exponent_note, fit_exponent
 from harness.report.cells import failure_cell, md_table, num
@@ -55,7 +55,7 @@ def summarize_table1(runs: pd.DataFrame, declared: list[str], uri: str) -> tuple
                "paper_exp_n": paper.get("exp_n", NAN), "paper_exp_d": paper.get("exp_d", NAN),
                "paper_seq_ops": paper.get("seq", ""), "paper_path": paper.get("path", "")}
         rec.update({m: mean_of(done, m) for m in T1_METRICS})
-        hist = {key: sorted(dict(tracking.metric_history(uri, src["run_id"], key)).items()) for key in T1_HISTORIES}
+        hist = {key: sorted(dict(logged.metric_history(uri, src["run_id"], key)).items()) for key in T1_HISTORIES}
         curves[row] = {"finished": len(done) > 0, **hist}
         for var in ("n", "d"):
             sweep = hist[f"fwd_s_vs_{var}"] or hist[f"fwd_bwd_s_vs_{var}"]

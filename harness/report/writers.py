@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from harness import record, tracking
+from harness import logged, record, tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
@@ -191,8 +191,8 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
     to write over a report that another invocation made; force False: refuse to replace a report that rests on
     more trials or seeds. say: told what changed against the report replaced (rows, seeds, verdicts). publish
     False: the report is not also attached to the study's parent run in MLflow (`report --check` writes nothing)."""
-    uri = uri or tracking.tracking_uri()
-    with tracking.recording() as reads:       # what the report reads: its record (harness/record.py)
+    uri = uri or logged.tracking_uri()
+    with logged.recording() as reads:       # what the report reads: its record (harness/record.py)
         results = load_results(study, uri, profile, variant)
         writer = writer_for(results["parent"], study)
         index_dir = Path(out_dir)
@@ -214,7 +214,7 @@ def write_report(study: str, out_dir: Path = Path("reports"), uri: str | None = 
         say(f"{md}: " + ("; ".join(changed) if changed else "the same rows, seeds and verdicts as the report it "
                                                           "replaced"))
     # The same report on the study's parent run, so that the MLflow UI shows what the study reproduced.
-    if publish and not tracking.is_record(uri):
+    if publish and not logged.is_record(uri):
         tracking.publish_report(uri, results["parent"]["run_id"], md.read_text(encoding="utf-8"), files,
                                 pd.read_csv(csv))
     return [*files, write_index(index_dir)]
@@ -231,12 +231,12 @@ def report_all(out_dir: Path = Path("reports"), uri: str | list[str] | None = No
     rests on more trials or seeds: every report is checked first, so a refusal writes nothing. `uri` may be a list
     (several records, `report --record`): all of them are read and checked before anything is written."""
     uris = [uri] if isinstance(uri, str) or uri is None else list(uri)
-    uris = [u or tracking.tracking_uri() for u in uris]
+    uris = [u or logged.tracking_uri() for u in uris]
     todo = []
     for u in uris:            # every report of every source checked before any is written
-        tracking.require_store(u)
-        for study in tracking.list_studies(u) if studies is None else studies:
-            for name in ["", *tracking.variants(u, study, profile)] if variant is None else [variant]:
+        logged.require_store(u)
+        for study in logged.list_studies(u) if studies is None else studies:
+            for name in ["", *logged.variants(u, study, profile)] if variant is None else [variant]:
                 try:
                     results = load_results(study, u, profile, name)
                 except UserError as err:
@@ -254,7 +254,7 @@ def report_all(out_dir: Path = Path("reports"), uri: str | list[str] | None = No
         where = ", ".join(uris)
         raise UserError(f"no study in {where} has runs{f' with profile {profile}' if profile else ''}"
                         f"{f' named {variant}' if variant else ''}; "
-                        + ("these records hold other invocations." if all(map(tracking.is_record, uris)) else
+                        + ("these records hold other invocations." if all(map(logged.is_record, uris)) else
                            "run `python -m harness run studies/NAME.yaml` first."))
     return list(dict.fromkeys(paths))   # the index is rewritten after each study: list it once
 

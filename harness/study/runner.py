@@ -26,6 +26,7 @@ from harness import overrides, record
 from harness.data.sources import prepare_command
 from harness.errors import UserError
 from harness.io import check_writable
+from harness.logged import HELD_TAG, VARIANT_TAG, slice_reads, tracking_uri
 from harness.probes.cost import training_costs
 from harness.study import progress
 from harness.study.departures import departures_tag
@@ -33,7 +34,7 @@ from harness.study.estimate import Timing
 from harness.study.kinds import KINDS, load_study
 from harness.study.spec import Study
 from harness.system import git_state, hardware_tags, versions
-from harness.tracking import HELD_TAG, VARIANT_TAG, StudyTracking, share_view, slice_reads, tracking_uri
+from harness.tracking import StudyTracking, share_view
 from harness.trial import Trial, spec_key
 
 
@@ -121,8 +122,8 @@ def _live_view(study: Study, todo: list[Trial], ctx: dict, concurrency: int, arg
     """The driver's live view of the study (harness/study/progress.py), read back from MLflow."""
     if args.quiet:
         return _Silent()
+    from harness.logged import trial_progress
     from harness.study.progress import StudyProgress
-    from harness.tracking import trial_progress
     kind = KINDS[study.kind]
     per_step = {t.key: kind.estimated_flops(t) / max(1, (t.train.steps if t.train else 1)) for t in todo}
     poll = lambda: trial_progress(ctx["uri"], ctx["experiment_id"], ctx["parent_id"])  # noqa: E731

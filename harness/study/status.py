@@ -77,7 +77,7 @@ def ending(m: dict, step: int) -> tuple[str, str]:
 
 
 def study_status(study: Study, snapshot: dict, now_s: float | None = None) -> dict:
-    """The status of `study`'s trials in `snapshot` (tracking.study_snapshot): a dict `render` prints and
+    """The status of `study`'s trials in `snapshot` (logged.study_snapshot): a dict `render` prints and
     --json dumps."""
     parent = snapshot["parent"]
     now_s = time.time() if now_s is None else now_s
@@ -206,7 +206,7 @@ def _trials(entry: dict) -> list[Trial] | None:
 
 
 def overview(entries: list[dict], now_s: float | None = None) -> str:
-    """One line for the latest invocation of each study, profile and name in the store (tracking.invocations):
+    """One line for the latest invocation of each study, profile and name in the store (logged.invocations):
     its state, its trials finished of all, and when it started."""
     now_s = time.time() if now_s is None else now_s
     rows = [["study", "profile", "name", "state", "trials", "started"]]

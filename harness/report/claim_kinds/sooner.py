@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from harness import tracking
+from harness import logged
 from harness.report.claim_kinds.registry import NOT_RUN, ClaimKind, combine, num3, register
 from harness.report.stats import interval
 from harness.report.stopping import diverged_why
@@ -31,7 +31,7 @@ def curves_by_seed(runs: pd.DataFrame, uri: str, row: str) -> dict[int, list[tup
         per_token = run.get("metrics.flops_per_target_token")
         if per_token is None or pd.isna(per_token):
             continue
-        hist = {k: dict(tracking.metric_history(uri, run["run_id"], k)) for k in ("curve_bleu", "curve_tokens",
+        hist = {k: dict(logged.metric_history(uri, run["run_id"], k)) for k in ("curve_bleu", "curve_tokens",
                                                                                 "curve_seconds")}
         steps = sorted(set(hist["curve_bleu"]) & set(hist["curve_tokens"]) & set(hist["curve_seconds"]))
         if steps:
