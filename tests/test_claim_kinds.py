@@ -115,7 +115,22 @@ def test_an_unknown_kind_names_the_kinds_there_are(tmp_path, monkeypatch):
     verdicts.load_claims.cache_clear()
     try:
         with pytest.raises(ValueError, match="claim x: expect 'smaller' is not a claim kind; the kinds are above, "
-                                             "better, equivalent, gap_grows, sooner, value"):
+                                             "better, check, equivalent, gap_grows, sooner, value"):
+            verdicts.load_claims()
+    finally:
+        verdicts.load_claims.cache_clear()
+
+
+def test_a_check_among_the_claims_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "claims": [
+        {"id": "x", "study": "t", "source": "-", "text": "-", "metric": "exp_n", "a": "sdpa", "target": 2,
+         "margin": 0.25, "expect": "check"}]}), encoding="utf-8")
+    monkeypatch.setattr(verdicts, "CLAIMS", path)
+    verdicts.load_claims.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="claim x: expect 'check' is a check of the implementation: it belongs "
+                                             "in checks.yaml"):
             verdicts.load_claims()
     finally:
         verdicts.load_claims.cache_clear()

@@ -21,6 +21,7 @@ from tests.helpers import commits_of, invocation_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "harness" / "paper" / "claims.yaml"
+CHECKS = ROOT / "harness" / "paper" / "checks.yaml"
 REGISTRATION_HEADER = "registered before these runs?"
 
 # Reports whose studies must run again before they match HEAD, with the kinds of difference each has: the check
@@ -52,12 +53,12 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
 
 
-def expected_claims(study: str, claims_file: Path = CLAIMS) -> dict[str, dict]:
-    entries = yaml.safe_load(claims_file.read_text())["claims"]
+def expected_claims(study: str, claims_file: Path = CLAIMS, key: str = "claims") -> dict[str, dict]:
+    entries = yaml.safe_load(claims_file.read_text())[key]
     return {c["id"]: c for c in entries if c["study"] == study}
 
 
-def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
+def problems(report: Path, claims_file: Path = CLAIMS, checks_file: Path = CHECKS) -> list[tuple[str, str]]:
     """What in the report differs from what HEAD's claims and study file give, as (kind, what) pairs ([] when
     fresh)."""
     text = report.read_text()
@@ -89,6 +90,15 @@ def problems(report: Path, claims_file: Path = CLAIMS) -> list[tuple[str, str]]:
     ids = {re.match(r"\| `([^`]+)`", ln).group(1): ln for ln in table}
     if set(ids) != set(claims):
         found.append(("claim ids", f"the report has {sorted(ids)}, claims.yaml has {sorted(claims)}"))
+    # Checks of the implementation: their own table, ids and tolerance as checks.yaml gives them, none among the claims.
+    checks = expected_claims(study.name, checks_file, "checks")
+    checked = {re.match(r"\| `([^`]+)`", ln).group(1): ln
+               for ln in _section(text, "Checks of the implementation") or [] if ln.startswith("| `")}
+    if set(checked) != set(checks):
+        found.append(("check ids", f"the report checks {sorted(checked)}, checks.yaml has {sorted(checks)}"))
+    for cid, ln in checked.items():
+        if cid in checks and f"tolerance ±{checks[cid].get('margin', 0):g}" not in _cells(ln)[4]:
+            found.append(("check bound", f"{cid}'s tolerance is not in the report"))
     header = next((ln for ln in section if ln.startswith("| claim |")), "")
     if table and REGISTRATION_HEADER not in header:
         found.append(("registration column", "the claims table has no registration column"))
@@ -158,6 +168,16 @@ def test_a_changed_margin_is_caught(tmp_path):
     edited = tmp_path / "claims.yaml"
     edited.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert ("claim bound" in {k for k, w in problems(report, edited) if target["id"] in w})
+
+
+def test_a_check_added_without_regenerating_the_reports_is_caught(tmp_path):
+    report = ROOT / "reports" / "statements.md"
+    raw = yaml.safe_load(CHECKS.read_text())
+    raw["checks"].append(dict(next(c for c in raw["checks"] if c["study"] == "statements"), id="a_new_check"))
+    edited = tmp_path / "checks.yaml"
+    edited.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert problems(report) == []
+    assert any(kind == "check ids" and "a_new_check" in what for kind, what in problems(report, CLAIMS, edited))
 
 
 def test_every_stale_report_is_marked_stale_wherever_it_is_listed():

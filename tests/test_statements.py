@@ -108,19 +108,24 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatc
                                            "statements_convolutions.png"}
     text = (tmp_path / "reports" / "statements.md").read_text()
     for heading in ("## §4: where self-attention", "## §3.2.2", "## §3.2.1", "## §3.5", "## §4: convolutions",
-                    "## Claims"):
+                    "## Checks of the implementation", "## Claims"):
         assert heading in text, heading
     assert {p.name for p in paths} >= {"statements.md", "statements.csv", "statements_crossover.png",
                                        "statements_offsets.png"}
     assert "![statements_crossover](statements_crossover.png)" in text
-    for claim in ("self_attention_faster_when_n_below_d", "multi_head_costs_as_single_head",
-                  "multi_head_time_as_single_head", "dot_product_faster_than_additive", "sinusoid_offset_is_linear",
-                  "learned_offset_is_not_linear", "conv_costs_k_times_recurrent", "conv_time_k_times_recurrent",
-                  "separable_conv_removes_k", "separable_conv_removes_k_time"):
-        line = next(x for x in text.splitlines() if f"`{claim}`" in x)
+    checks = text.split("## Checks of the implementation")[1].split("## Claims")[0]
+    claims = text.split("## Claims")[1]
+    for claim in ("self_attention_faster_when_n_below_d", "multi_head_time_as_single_head",
+                  "dot_product_faster_than_additive", "learned_offset_is_not_linear", "conv_time_k_times_recurrent",
+                  "separable_conv_removes_k_time"):
+        line = next(x for x in claims.splitlines() if f"`{claim}`" in x)
         assert "**not run**" not in line, line           # every claim read its rows' metrics
-    sinusoid = next(x for x in text.splitlines() if "`sinusoid_offset_is_linear`" in x)
-    assert "**holds**" in sinusoid                   # round-off only, at any size
-    conv = next(x for x in text.splitlines() if "`conv_costs_k_times_recurrent`" in x)
-    assert "**holds**" in conv                       # the forward FLOPs grow as k at any size
+    # What the code decides by construction is checked apart (tests/test_checks.py makes each fail on a broken
+    # implementation), and none is among the claims; three pass at any size (the separable form's gain reaches k^1
+    # only where d >> k, not at this test's width).
+    for check in ("multi_head_costs_as_single_head", "sinusoid_offset_is_linear", "conv_costs_k_times_recurrent",
+                  "separable_conv_removes_k"):
+        line = next(x for x in checks.splitlines() if f"`{check}`" in x)
+        assert ("*passes*" in line) or (check == "separable_conv_removes_k" and "*not checked*" not in line), line
+        assert f"`{check}`" not in claims
     assert "![statements_convolutions](statements_convolutions.png)" in text

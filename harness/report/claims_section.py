@@ -134,9 +134,10 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
     invocation's `parent`, the departures that set a claim's row apart)."""
+    checks = checks_section(study, runs, uri)
     checked = verdicts.check_claims(study, runs, uri)
     if not checked:
-        return []
+        return checks
     diag = row_diagnostics(runs, uri)
     for row, g in runs.groupby(runs["tags.row"].astype(str)):      # rows that ran but have no finished seed yet
         if not (g["status"] == "FINISHED").any() and (g["status"] != "FAILED").any():
@@ -175,5 +176,36 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
         paper_cell, ours, diff = kind_of(claim.expect).cells(c)
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
                  claim_why(c, diag, deps, with_base), claim_registration(claim.id, c, runs)]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    return checks + lines + [""]
+
+
+def checks_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
+    """The checks of the implementation (harness/paper/checks.yaml) for this study, in a table of their own
+    before the claims: each passes or fails, and none is counted among the claims."""
+    checked = verdicts.check_claims(study, runs, uri, checks=True)
+    if not checked:
+        return []
+    counts = {w: sum(c["verdict"] == w for c in checked) for w in ("passes", "fails", "undecided", "not checked")}
+    lines = ["## Checks of the implementation", "",
+             "Statements of the paper that this implementation decides by construction: FLOPs counted over the "
+             "code's own operations, identities, and sizes the code fixes (harness/paper/checks.yaml). Each is "
+             "measured on these runs as a measurement claim is (the value against the formula, within the "
+             "tolerance) and reads passes or fails: a correct implementation cannot contradict it, so a pass "
+             "says the code does what the paper's formula says, not that the paper's claim holds, and none is "
+             "counted among the claims below. What a check catches is a broken implementation: "
+             "tests/test_checks.py makes each fail on one. "
+             f"{counts['passes']} pass, {counts['fails']} fail, {counts['undecided']} undecided, "
+             f"{counts['not checked']} not checked.", "",
+             "| check | the paper says | formula | ours | Δ (95 % CI), seeds | result | why, from the runs | "
+             "where it was |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in checked:
+        check = c["claim"]
+        kind = kind_of(check.expect)
+        formula, ours, diff = kind.cells(c)
+        why = kind.why(c, {}, None, True) if c["verdict"] != "not checked" else "its rows were not run"
+        cells = [f"`{check.id}` ({check.source})", check.text, formula, ours, diff, f"*{c['verdict']}*", why,
+                 check.moved or "a check from the start"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return lines + [""]

@@ -1,7 +1,7 @@
-"""What a written report holds, read back from its Markdown: its trials, each row's finished seeds and each
-claim's verdict. `report` compares the report it is about to replace with the one it wrote, says what changed,
-and refuses to replace a report made from more seeds or trials with one made from fewer unless told to
-(`--force`): a newcomer's one-seed run does not quietly overwrite a three-seed reference."""
+"""What a written report holds, read back from its Markdown: its trials, each row's finished seeds, each
+claim's verdict and each check's result. `report` compares the report it is about to replace with the one it
+wrote, says what changed, and refuses to replace a report made from more seeds or trials with one made from fewer
+unless told to (`--force`): a newcomer's one-seed run does not quietly overwrite a three-seed reference."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ _TRIALS = re.compile(r"(?:MLflow parent run|assembly) `[0-9a-f]+`(?: of \d+ slic
                      r"status \w+\), (\d+) trials, (\d+|\?) failed")
 _SEEDS = re.compile(r"^(\d+)(?:/(\d+))?")
 _VERDICT = re.compile(r"\*\*(holds|contradicted|inconclusive|not run)\*\*")
+_CHECK = re.compile(r"\| \*(passes|fails|undecided|not checked)\* \|")      # a check's result: never a claim's
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Evidence:
     trials: int | None = None                       # the invocation's trials (the provenance line)
     seeds: dict[str, int] = field(default_factory=dict)     # each row's finished seeds (the first rows table)
     verdicts: dict[str, str] = field(default_factory=dict)  # claim id -> verdict
+    checks: dict[str, str] = field(default_factory=dict)    # check id -> passes | fails | undecided | not checked
 
     @property
     def finished(self) -> int:
@@ -43,7 +45,9 @@ def read_evidence(markdown: str) -> Evidence:
             s = _SEEDS.match(cells[seeds_at])
             if s:
                 ev.seeds[cells[0].strip("*")] = int(s.group(1))
-        if cells[0].startswith("`") and (v := _VERDICT.search(line)):
+        if cells[0].startswith("`") and (v := _CHECK.search(line)):
+            ev.checks[cells[0].split("`")[1]] = v.group(1)
+        elif cells[0].startswith("`") and (v := _VERDICT.search(line)):
             ev.verdicts[cells[0].split("`")[1]] = v.group(1)
     return ev
 

@@ -26,12 +26,13 @@ from harness.metrics import claim_metrics as core_claim_metrics
 
 # The built-in claim kinds register themselves on import, in this (alphabetical) order, which is the order of
 # their notes in a report's claims paragraph.
-from harness.report.claim_kinds import above, compare, gap, sooner, value  # noqa: F401
+from harness.report.claim_kinds import above, check, compare, gap, sooner, value  # noqa: F401
 from harness.report.claim_kinds.registry import kind_of
 from harness.report.claim_kinds.sooner import SOONER_AXES, curves_by_seed
 from harness.report.shares import fade_per_run, positions
 
 CLAIMS = Path(__file__).parents[1] / "paper" / "claims.yaml"
+CHECKS = Path(__file__).parents[1] / "paper" / "checks.yaml"   # the checks of the implementation, apart
 # Metric name in claims.yaml -> (the final MLflow metric, transform), from harness/metrics.py's table and the
 # measurements' (harness/measure: agreement, source attention, length buckets, heads). nll: ln(PPL), so that
 # differences are ratios of perplexity and seeds average on the scale the loss is trained on.
@@ -62,37 +63,66 @@ class Claim:
     # A second comparison of the same two rows that must hold as well, {metric, better}: "beats it at less
     # training cost" (Table 2). Holds if both parts hold, contradicted if either is, inconclusive otherwise.
     also: dict = field(default_factory=dict)
+    moved: str = ""       # a check that was a claim: when it moved to checks.yaml and why (the report says so)
 
 
-@lru_cache(maxsize=1)
-def load_claims() -> tuple[Claim, ...]:
-    """Every claim of claims.yaml, checked: a wrong key or value names the claim and what is allowed."""
-    raw = load_yaml(CLAIMS.read_text(encoding="utf-8"))
+def _read(path: Path, checks: bool) -> list[Claim]:
+    """The entries of claims.yaml (checks False) or checks.yaml (checks True), each checked by its kind: a wrong
+    key or value names the entry and what is allowed. A check's kind is "check" whether or not it says so."""
+    raw = load_yaml(path.read_text(encoding="utf-8"))
     out = []
     METRICS = metrics()
-    for i, item in enumerate(raw["claims"]):
-        where = f"{CLAIMS}: claim {item.get('id', i)}"
+    noun = "check" if checks else "claim"
+    for i, item in enumerate(raw["checks" if checks else "claims"]):
+        where = f"{path}: {noun} {item.get('id', i)}"
         try:
-            claim = Claim(**item)
+            claim = Claim(**({"expect": "check", **item} if checks else item))
         except TypeError as err:
             raise ValueError(f"{where}: {err}") from None
         if claim.metric not in METRICS:
             raise ValueError(f"{where}: metric {claim.metric!r} is not one of {', '.join(METRICS)}")
         try:
-            wrong = kind_of(claim.expect).validate(claim, METRICS)
+            kind = kind_of(claim.expect)
+            wrong = kind.validate(claim, METRICS)
+            if kind.is_check != checks:
+                wrong = (f"expect {claim.expect!r} is a check of the implementation: it belongs in {CHECKS.name}"
+                         if kind.is_check else f"a check's kind is check, not {claim.expect!r}")
         except ValueError as err:          # an unknown kind
             wrong = str(err)
         if wrong:
             raise ValueError(f"{where}: {wrong}")
         out.append(claim)
+    return out
+
+
+@lru_cache(maxsize=1)
+def load_claims() -> tuple[Claim, ...]:
+    """Every claim of claims.yaml, checked: a wrong key or value names the claim and what is allowed."""
+    out = _read(CLAIMS, checks=False)
     ids = [c.id for c in out]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{CLAIMS}: claim ids are not unique")
     return tuple(out)
 
 
+@lru_cache(maxsize=1)
+def load_checks() -> tuple[Claim, ...]:
+    """Every check of checks.yaml (the statements the implementation decides by construction), checked as
+    claims are; an id that a claim also has is refused."""
+    out = _read(CHECKS, checks=True) if CHECKS.exists() else []
+    ids = [c.id for c in out]
+    taken = {c.id for c in load_claims()}
+    if len(set(ids)) != len(ids) or taken & set(ids):
+        raise ValueError(f"{CHECKS}: check ids are not unique, or are a claim's too")
+    return tuple(out)
+
+
 def claims_for(study: str) -> list[Claim]:
     return [c for c in load_claims() if c.study == study]
+
+
+def checks_for(study: str) -> list[Claim]:
+    return [c for c in load_checks() if c.study == study]
 
 
 def per_seed(runs: pd.DataFrame, metric: str) -> dict[str, dict[int, float]]:
@@ -135,9 +165,10 @@ def rows_read(claim: Claim, ran: set[str]) -> set[str]:
     return side(claim.a) | side(claim.b)
 
 
-def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list[dict]:
-    """Every claim of `study` checked against its runs by its kind, in claims.yaml's order (a kind that reads
-    dev BLEU curves reads them from the MLflow store at `uri`; without one its claims are not run)."""
+def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None, checks: bool = False) -> list[dict]:
+    """Every claim of `study` (with checks, every check of the implementation instead) judged against its runs by
+    its kind, in the file's order (a kind that reads dev BLEU curves reads them from the MLflow store at `uri`;
+    without one its claims are not run)."""
     cache: dict[str, dict] = {}
 
     def values(metric: str) -> dict[str, dict[int, float]]:
@@ -146,4 +177,5 @@ def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None) -> list
     def curves(row: str) -> dict[int, list]:
         return curves_by_seed(runs, uri, row) if uri else {}
 
-    return [{**kind_of(claim.expect).judge(claim, values, curves), "claim": claim} for claim in claims_for(study)]
+    return [{**kind_of(claim.expect).judge(claim, values, curves), "claim": claim}
+            for claim in (checks_for(study) if checks else claims_for(study))]

@@ -61,6 +61,11 @@ def _headline(ev: Evidence) -> str:
                                                                          "not run")}
         said = ", ".join(f"{n} {'hold' if v == 'holds' else v}" for v, n in counts.items() if n)
         parts.append(f"{len(ev.verdicts)} claim{'s' * (len(ev.verdicts) > 1)}: {said}")
+    if ev.checks:
+        counts = {v: sum(x == v for x in ev.checks.values()) for v in ("passes", "fails", "undecided", "not checked")}
+        said = ", ".join(f"{n} {v if n == 1 else {'passes': 'pass', 'fails': 'fail'}.get(v, v)}"
+                         for v, n in counts.items() if n)
+        parts.append(f"{len(ev.checks)} check{'s' * (len(ev.checks) > 1)} of the implementation: {said}")
     if ev.seeds:
         lo, hi = min(ev.seeds.values()), max(ev.seeds.values())
         parts.append(f"{len(ev.seeds)} row{'s' * (len(ev.seeds) > 1)}, {lo if lo == hi else f'{lo} to {hi}'} "

@@ -6,7 +6,8 @@ harness/report/claims_section.py writes them. A new kind is a class and one `reg
 
 The built-in kinds, one module each: compare.py (better, equivalent: two rows seed by seed), value.py (a
 measurement against the paper's formula), above.py (a threshold), gap.py (gap_grows: a gap between gaps) and
-sooner.py (time to a rival's best quality). Plain Python and pandas: reports never import torch.
+sooner.py (time to a rival's best quality); and check.py, the kind of harness/paper/checks.yaml's checks of the
+implementation, which the report keeps apart from the claims. Plain Python and pandas: reports never import torch.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class ClaimKind:
     over the finished runs, curves(row) -> {seed: dev BLEU curve} (for a kind with reads_curves)."""
 
     name = ""               # claims.yaml's `expect`
+    is_check = False        # a check of the implementation (checks.yaml), not a claim of the paper
     reads_curves = False    # judged on dev BLEU curves read from the store, not on final metrics
     note = ""               # a sentence the claims section adds to its opening paragraph where the kind is present
 
