@@ -104,3 +104,20 @@ def stale_reason(markdown: str, study: str) -> str | None:
     if have and REGISTRATION_HEADER not in section:
         why.append("its verdicts carry no registration status")
     return " and ".join(why) or None
+
+
+BANNER = "> **Stale against HEAD:**"     # the first line of a report that no longer matches HEAD
+
+
+def stale_banner(why: str, slices: str | None) -> str:
+    """The first line of a stale report: why, and what replaces it (its slices, where the study runs in slices)."""
+    then = (f": its slices go on in {slices}, and `python -m harness report --record {slices}/*.slice.json.gz` "
+            "replaces this file with their assembled report" if slices else
+            ": running its study again at HEAD, then `python -m harness report`, replaces this file")
+    return f"{BANNER} {why}{then}. Until then its figures and verdicts are not results of this code."
+
+
+def with_banner(markdown: str, banner: str | None) -> str:
+    """The report's text with its first-line banner set to `banner` (None: without one)."""
+    body = markdown.split("\n", 2)[2] if markdown.startswith(BANNER) else markdown
+    return f"{banner}\n\n{body}" if banner else body

@@ -20,7 +20,15 @@ from harness import logged, record, tracking
 from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
-from harness.report.evidence import Evidence, changes, holds_less, read_evidence, stale_reason
+from harness.report.evidence import (
+    Evidence,
+    changes,
+    holds_less,
+    read_evidence,
+    stale_banner,
+    stale_reason,
+    with_banner,
+)
 from harness.report.files import install_files
 from harness.report.results import declared_table, load_results, report_folder
 from harness.report.slices import PROVENANCE
@@ -95,8 +103,32 @@ def _cost(text: str) -> str:
 
 def write_index(out_dir: Path) -> Path:
     """reports/README.md: every <study>.md present in out_dir (and in a profile's folder below it) with its
-    headline (the verdicts of its claims, counted, and the seeds its rows finished) and its provenance line."""
+    headline (the verdicts of its claims, counted, and the seeds its rows finished) and its provenance line; first,
+    each report's stale banner set or removed (mark_stale)."""
+    mark_stale(out_dir)
     return atomic_write(out_dir / "README.md", index_text(out_dir))
+
+
+def _reports_in(out_dir: Path) -> list[Path]:
+    return sorted(p for p in [*out_dir.glob("*.md"), *out_dir.glob("*/*.md"), *out_dir.glob("*/*/*.md")]
+                  if p.name != "README.md")
+
+
+def mark_stale(out_dir: Path) -> list[Path]:
+    """Give every report in out_dir that no longer matches HEAD's claims (evidence.stale_reason) a first-line banner
+    saying why and what replaces it, and take it from every report that matches again; the reports changed."""
+    changed = []
+    for md in _reports_in(out_dir):
+        text = md.read_text(encoding="utf-8")
+        why = stale_reason(text, md.stem)
+        slices = md.with_suffix(".slices")
+        banner = stale_banner(why, slices.relative_to(out_dir.parent).as_posix() if slices.is_dir() else None) \
+            if why else None
+        marked = with_banner(text, banner)
+        if marked != text:
+            atomic_write(md, marked)
+            changed.append(md)
+    return changed
 
 
 def index_text(out_dir: Path) -> str:
@@ -105,8 +137,7 @@ def index_text(out_dir: Path) -> str:
              "command, commit, profile, hardware and date of the runs it shows. Do not edit by hand. A report with a "
              "record (what it read from MLflow) regenerates from it alone: `python -m harness report --record "
              "FILE`.", ""]
-    for md in sorted(p for p in [*out_dir.glob("*.md"), *out_dir.glob("*/*.md"), *out_dir.glob("*/*/*.md")]
-                     if p.name != "README.md"):
+    for md in _reports_in(out_dir):
         text = md.read_text(encoding="utf-8")
         prov = next((ln[len(PROVENANCE):].strip() for ln in text.splitlines()
                      if ln.startswith(PROVENANCE)), "(no provenance line)")
