@@ -201,9 +201,7 @@ def _bench_study_row(args) -> int:
 
 def _cmd_run(args) -> int:
     from harness.study.runner import StudyRequest, run_study
-    if not args.study.is_file() and str(args.study) in {p.stem for p in _study_files()}:   # `run table3`
-        args.study = Path(_shown_path(_study_path(str(args.study))))
-    return run_study(StudyRequest.from_args(args))
+    return run_study(StudyRequest.from_args(args))    # args.study resolved from a name or a file (_resolve_study)
 
 
 def _cmd_status(args) -> int:
@@ -536,8 +534,8 @@ def _add_probes(sub) -> None:
 
     inf = probes.add_parser("inference", help="inference cost by model shape: prefill and decode tokens/s, time to "
                             "first token, peak memory, the KV cache per token against its formula")
-    inf.add_argument("--study", type=Path, default=Path("studies/inference.yaml"), help="the shapes (an inference "
-                                                                                        "study)")
+    inf.add_argument("--study", type=Path, default=Path("inference"), help="the shapes: an inference study, by its "
+                     "name or file (default: inference, studies/inference.yaml)")
     inf.add_argument("--profile", default=None, help="the study's profile (default: tiny)")
     inf.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     inf.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -641,7 +639,8 @@ def _study_files() -> list[Path]:
 
 
 def _study_path(name: str) -> Path:
-    """A study file from its path or its name (table3, studies/table3.yaml)."""
+    """A study file from its path or its name (table3, studies/table3.yaml): the one way every command that takes a
+    study reads it, with the same did-you-mean and the same list of studies."""
     from harness.errors import suggest
     path = Path(name)
     if path.is_file():
@@ -649,7 +648,20 @@ def _study_path(name: str) -> Path:
     names = {p.stem: p for p in _study_files()}
     if name in names:
         return names[name]
+    if path.is_dir():
+        raise UserError(f"{name} is a folder; give one study, by its name or its file: {', '.join(names)}.")
+    if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        raise UserError(f"study file {name} does not exist{suggest(path.stem, list(names))}; the studies: "
+                        f"{', '.join(names)}.")
     raise UserError(f"no study {name!r}{suggest(name, list(names))}; the studies: {', '.join(names)}.")
+
+
+def _resolve_study(args) -> None:
+    """A command's study argument (a name or a file, `study` or `--study`) resolved to its file, in place, before
+    the command runs: `train --study table3` as `run table3` and `show table3`."""
+    given = getattr(args, "study", None)
+    if isinstance(given, Path) and not given.is_file():      # a file stays as the user wrote it
+        args.study = Path(_shown_path(_study_path(str(given))))
 
 
 def _cmd_list(args) -> int:
@@ -685,15 +697,34 @@ def _cmd_list(args) -> int:
     elif what == "claims":
         from harness.report.claim_kinds.registry import kind_of
         from harness.report.verdicts import load_claims
+        seeds = _default_seeds()
+        if args.study:          # a study's name or file, as every command takes it
+            args.study = read_yaml_file(_study_path(args.study)).get("study", _study_path(args.study).stem)
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
             expect = kind_of(c.expect).describe(c)
             against = f" vs {json.dumps(c.b)}" if c.b is not None else ""
-            print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {expect}")
+            n, profile = seeds.get(c.study, (None, ""))
+            few = (f"  [{n} seed{'s' * (n != 1)} in profile {profile}: cannot be decided without --seeds 0,1,2]"
+                   if n is not None and n < kind_of(c.expect).needs_seeds else "")
+            print(f"{c.id:<36} {c.study:<14} {c.metric}: {json.dumps(c.a)}{against} {expect}{few}")
     else:
         _print_settings(args.study)
     return 0
+
+
+def _default_seeds() -> dict[str, tuple[int, str]]:
+    """Each study's seeds in its default profile, by study name: (how many, the profile)."""
+    from harness.study.kinds import load_study
+    out = {}
+    for path in _study_files():
+        try:
+            study = load_study(path, None)
+        except (UserError, ValueError):
+            continue
+        out[study.name] = (len(study.seeds), study.profile)
+    return out
 
 
 def _list_overview() -> int:
@@ -847,6 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
     warnings.formatwarning = one_line_warning
     try:
+        _resolve_study(args)
         return args.func(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

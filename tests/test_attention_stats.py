@@ -105,7 +105,7 @@ def test_the_report_tables_each_rows_attention_at_initialisation_and_at_the_end(
                 rec[f"metrics.{key}"] = prob + 0.01 * seed              # the end: the run's last value
                 histories[(run_id, key)] = [(0, prob / 2 + 0.01 * seed), (200, prob)]
             runs.append(rec)
-    monkeypatch.setattr(section.tracking, "metric_history", lambda uri, run_id, key: histories[(run_id, key)])
+    monkeypatch.setattr(section.logged, "metric_history", lambda uri, run_id, key: histories[(run_id, key)])
     lines, plots = section.attention_stats_section(pd.DataFrame(runs), ["base", "unscaled_dk1024"], "uri",
                                                    tmp_path / "s.png")
     text = "\n".join(lines)

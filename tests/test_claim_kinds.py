@@ -141,3 +141,24 @@ def test_a_second_kind_of_a_taken_name_is_refused():
         name = "better"
     with pytest.raises(ValueError, match="claim kind 'better' is already registered"):
         register(Impostor())
+
+
+def test_a_comparison_on_fewer_than_three_seeds_is_named_and_a_measurement_is_not():
+    from harness.report.verdicts import Claim, too_few_seeds
+    compare = Claim(id="c", study="t", source="-", text="-", metric="nll", a="base", b="B1", expect="better",
+                    better="lower")
+    above = Claim(id="t", study="t", source="-", text="-", metric="nll", a="base", expect="above", target=1.0)
+    value = Claim(id="v", study="t", source="-", text="-", metric="exp_n", a="sdpa", expect="value", target=2.0,
+                  margin=0.25)
+    checked = [{"claim": compare, "verdict": "inconclusive", "n": 2}, {"claim": above, "verdict": "holds", "n": 3},
+               {"claim": value, "verdict": "holds", "n": 1}, {"claim": compare, "verdict": "not run", "n": 0}]
+    assert too_few_seeds(checked) == [checked[0]]
+
+
+def test_list_claims_names_the_claims_the_default_profile_cannot_decide(capsys):
+    from harness.cli import main
+    assert main(["list", "claims", "table3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    few = [ln for ln in out if "cannot be decided without --seeds 0,1,2" in ln]
+    assert few and all(ln.split()[1] == "table3" for ln in few)
+    assert any(ln.startswith("dropout_helps") for ln in few)

@@ -323,7 +323,7 @@ def test_table2_report_judges_and_marks_time_to_quality_from_the_curves(tmp_path
     finish(client, parent, 9, 0)
     write_report("table2", tmp_path / "reports", uri)
     text = (tmp_path / "reports" / "table2.md").read_text()
-    line = next(x for x in text.splitlines() if "`trains_faster_than_rivals`" in x)
+    line = next(x for x in text.splitlines() if x.startswith("| `trains_faster_than_rivals`"))
     assert "**holds**" in line and "convs2s" in line, line
     assert "first reached each rival's best dev BLEU (×)" in text
     assert (tmp_path / "reports" / "table2_bleu_vs_compute.png").exists()

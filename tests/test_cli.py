@@ -237,8 +237,9 @@ def test_list_names_the_studies_profiles_rows_claims_and_settings(capsys):
     code, out, _ = run(capsys, "list", "rows", "table3", "--profile", "tiny")
     assert code == 0 and '  A1             {"n_heads": 1, "d_k": 512, "d_v": 512}' in out and "Dbase" in out
     code, out, _ = run(capsys, "list", "claims", "transformer_tiny")
-    assert code == 0 and out.split() == ["transformer_tiny_reaches_published", "transformer_tiny",
-                                         'test_bleu_tok_lc:', '"tiny"', "above", "41"]
+    assert code == 0 and out.split()[:6] == ["transformer_tiny_reaches_published", "transformer_tiny",
+                                             'test_bleu_tok_lc:', '"tiny"', "above", "41"]
+    assert out.rstrip().endswith("[1 seed in profile tiny: cannot be decided without --seeds 0,1,2]")
     code, out, _ = run(capsys, "list", "claims", "table1")      # a value claim names its value, not only the margin
     assert code == 0 and 'exp_n: "sdpa" value 2 within ±0.25' in out and "value its path_formula within ±0" in out
     # `list` alone: every study, each with its profiles (the default first), its rows and its claims' ids
@@ -292,7 +293,31 @@ def test_run_takes_a_study_by_name_as_show_and_status_do(capsys):
     code, out, _ = run(capsys, "run", "table3", "--rows", "base", "--dry-run")
     assert code == 0 and out.startswith("studies/table3.yaml: study table3 v1") and "base-s0" in out
     code, _, err = run(capsys, "run", "tabel3", "--dry-run")
-    assert code == 2 and "study file tabel3 does not exist; give a study's name (table3)" in one_sentence_error(err)
+    assert code == 2 and "no study 'tabel3' (did you mean table3?)" in one_sentence_error(err)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--study", "tabel3", "--row", "base", "--out", "never-written"],
+    ["bench", "--study", "tabel3", "--row", "base"],
+    ["probe", "inference", "--study", "tabel3"],
+    ["run", "tabel3", "--dry-run"],
+    ["show", "tabel3", "base"],
+    ["list", "rows", "tabel3"],
+    ["list", "claims", "tabel3"],
+])
+def test_every_command_names_a_study_one_way(capsys, argv):
+    """A study is named by its name or its file in every command that takes one, refused in the same sentence with
+    the same did-you-mean and list of studies, exit 2."""
+    code, out, err = run(capsys, *argv)
+    msg = one_sentence_error(err)
+    assert code == 2 and out == "" and "no study 'tabel3' (did you mean table3?); the studies: " in msg, (argv, msg)
+
+
+def test_a_study_by_name_works_where_a_file_was_needed(capsys):
+    code, out, _ = run(capsys, "list", "claims", "studies/table1.yaml")
+    assert code == 0 and out and all(ln.split()[1] == "table1" for ln in out.splitlines())
+    code, _, err = run(capsys, "run", "studies", "--dry-run")
+    assert code == 2 and "studies is a folder; give one study, by its name or its file: " in one_sentence_error(err)
 
 
 def test_seeds_take_ranges(capsys):

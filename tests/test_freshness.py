@@ -114,7 +114,7 @@ def problems(report: Path, claims_file: Path = CLAIMS, checks_file: Path = CHECK
         if REGISTRATION_HEADER in header:
             # The status computed now for the runs' commit must be the one printed: a claim whose rows, metric,
             # direction or margin changed since the report was made is no longer what the report's verdict judged.
-            now = registration(cid, shas) if shas else ""
+            now = registration(cid, shas, report=str(report.relative_to(ROOT))) if shas else ""
             said = cells[7] if len(cells) >= 8 else ""
             if len(cells) < 8 or (now and not now.startswith("unknown") and not said.startswith("unknown")
                                   and said != now):

@@ -183,7 +183,7 @@ def test_a_trained_run_probes_its_heads_and_the_cli_and_the_report_agree(tmp_pat
     assert {p.name for p in (tmp_path / "probe").iterdir()} >= {"heads.json", "heads_figure5.png", "heads_heatmaps.png"}
 
     from harness.report import heads as report
-    monkeypatch.setattr(report.tracking, "artifact_json", lambda uri, run_id, name: payload)
+    monkeypatch.setattr(report.logged, "artifact_json", lambda uri, run_id, name: payload)
     runs = pd.DataFrame({"run_id": ["r0"], "status": ["FINISHED"], "tags.seed": ["0"], "tags.row": ["base"],
                          "tags.profile": ["tiny"],
                          "metrics.heads_sentences": [16.0], "metrics.heads_base_nll": [metrics["heads_base_nll"]],

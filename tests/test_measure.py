@@ -141,7 +141,7 @@ def test_a_toy_measurement_is_logged_reported_and_judged_from_a_study(toy, tmp_p
     (md,) = (tmp_path / "reports").rglob("toy.md")
     text = md.read_text()
     assert "## Toy: the weights' norm" in text and "| base |" in text and "| A1 |" in text
-    (line,) = [x for x in text.splitlines() if "toy_norm_positive" in x]
+    (line,) = [x for x in text.splitlines() if x.startswith("| `toy_norm_positive`")]
     assert "holds" in line
 
 

@@ -54,11 +54,10 @@ def test_a_claim_committed_before_its_runs_is_registered_and_one_after_is_not(re
     assert registration("heads_help", {claimed}, root=repo.root) == f"registered ({claimed[:7]})"   # same commit
     repo.claims(_claim(0.10))                  # the margin moved after the runs
     moved = repo.commit("wider margin")
-    assert (
-        registration("heads_help", {ran}, root=repo.root) == f"written after these runs' figures (commit {moved[:7]})"
-    )
+    assert registration("heads_help", {ran}, root=repo.root) == \
+        f"post hoc: written after these runs' figures (commit {moved[:7]})"
     # Runs at two commits: registered only if the claim is in both.
-    assert registration("heads_help", {ran, moved}, root=repo.root).startswith("written after")
+    assert registration("heads_help", {ran, moved}, root=repo.root).startswith("post hoc: written after")
 
 
 def test_rewording_keeps_the_registration(repo):
@@ -134,7 +133,8 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
                         lambda cid, shas, dirty=False: reg.registration(cid, shas, dirty, root=repo.root))
     c = {"claim": claim, "a_row": "post24", "b_row": "post6"}
     registered = claims_section.claim_registration
-    assert registered("gap_grows_here", c, runs) == f"written after these runs' figures (commit {claimed[:7]})"
+    assert registered("gap_grows_here", c, runs) == \
+        f"post hoc: written after these runs' figures (commit {claimed[:7]})"
     runs["tags.git_sha"] = claimed
     assert registered("gap_grows_here", c, runs) == f"registered ({claimed[:7]})"
     runs.loc[1, "tags.git_sha"] = None                     # a run that recorded no commit
@@ -163,7 +163,7 @@ def test_this_checkout_shows_the_redefinitions_the_history_holds():
     status = registration("dropout_helps", {"8b70b25587190720991b40b6eb6375d2fb4511b6"})
     if status.startswith("unknown"):
         pytest.skip("no git history of the project here (" + status + ")")
-    assert status.startswith("written after these runs' figures (commit 067042e)")
+    assert status.startswith("post hoc: written after these runs' figures (commit 067042e)")
     assert "redefined 2 times after its verdict was known" in status
 
 
@@ -206,7 +206,7 @@ def test_settings_changed_after_a_test_figure_are_listed_from_the_reports_histor
                       "  m30k: {train: {steps: 12000, patience: 5}, rows: {base: {}}, resources: {cpu: 2}}\n")
     changed = repo.commit("the rule, and a new row")
     lines = late_profile_changes(study, "m30k", "reports/m30k/t.md", root=repo.root)
-    assert lines == [f"(the first report with this profile's test figures was committed at {first[:7]})",
+    assert lines == [f"(the first report with this profile's figures was committed at {first[:7]})",
                      f"`train.patience`: null → 5 at {changed[:7]}", f"`train.steps`: 2000 → 12000 at {changed[:7]}",
                      f"row `big` added or changed at {changed[:7]} (it had no test figure before)"]
     plain = tmp_path_factory.mktemp("plain")
@@ -228,7 +228,7 @@ def test_a_named_invocations_report_counts_the_profiles_earlier_test_figures(rep
     alone = late_profile_changes(study, "m30k", "reports/m30k/rivals/t.md", root=repo.root)
     both = late_profile_changes(study, "m30k", ["reports/m30k/rivals/t.md", "reports/m30k/t.md"], root=repo.root)
     assert alone == []
-    assert both == [f"(the first report with this profile's test figures was committed at {first[:7]})",
+    assert both == [f"(the first report with this profile's figures was committed at {first[:7]})",
                     f"`train.curve`: null → 100 at {changed[:7]}"]
 
 
@@ -255,3 +255,104 @@ def test_a_claim_shown_as_not_run_had_no_verdict_to_know(repo):
         f"registered ({late[:7]}); redefined once after its verdict was known (first shown at {shown[:7]}; "
         f"{late[:7]})")
     assert early not in registration("heads_help", {late}, root=repo.root)
+
+
+# ---------------------------------------------------------------------- registration against the first figure seen
+
+def _report(rows: list[str], command: str = "python -m harness run studies/table3.yaml --quiet",
+            verdict: str = "") -> str:
+    """A committed report's text as far as registration reads it: its provenance line and its rows."""
+    lines = [f"**Provenance:** `{command}` · commit `x` · profile `tiny` · cpu · 2026-12-08", "",
+             "| row | dev PPL |", "|---|---|", *[f"| **{r}** | 5.0 |" for r in rows]]
+    return "\n".join(lines + ([f"| `heads_help` (§6.2) | ... | **{verdict}** |"] if verdict else [])) + "\n"
+
+
+def test_a_claim_written_after_a_report_showed_its_rows_is_post_hoc_even_when_run_again(repo):
+    repo.write("reports/table3.md", _report(["base", "A1"]))
+    shown = repo.commit("the first report: base and A1 side by side")
+    repo.claims(_claim(0.05))
+    claimed = repo.commit("the claim, with a margin of ours")
+    repo.write("harness/x.py", "x = 1\n")
+    rerun = repo.commit("run again after the claim")
+    # against the runs alone it would read registered; against the first figure seen it does not
+    assert registration("heads_help", {rerun}, root=repo.root) == f"registered ({claimed[:7]})"
+    assert registration("heads_help", {rerun}, root=repo.root, report="reports/table3.md") == (
+        f"post hoc: its rows' figures were first committed at {shown[:7]} (reports/table3.md), before its definition "
+        f"({claimed[:7]})")
+
+
+def test_a_margin_loosened_in_the_commit_of_the_first_report_is_post_hoc(repo):
+    repo.claims(_claim(0.05))
+    repo.commit("the claim")
+    repo.claims(_claim(0.20))
+    repo.write("reports/table3.md", _report(["base", "A1"], verdict="holds"))
+    both = repo.commit("the first report, and the margin loosened beside it")
+    repo.write("harness/x.py", "x = 1\n")
+    rerun = repo.commit("run again")
+    assert registration("heads_help", {rerun}, root=repo.root, report="reports/table3.md").startswith(
+        f"post hoc: its rows' figures were first committed at {both[:7]} (reports/table3.md), before its definition "
+        f"({both[:7]})")
+
+
+def test_a_renamed_claim_with_a_looser_margin_is_the_old_claim_redefined(repo):
+    repo.claims(_claim(0.05))
+    repo.commit("the claim")
+    repo.write("reports/table3.md", _report(["base", "A1"], verdict="contradicted"))
+    shown = repo.commit("its verdict shown")
+    renamed = dict(_claim(0.20), id="eight_heads_help")
+    repo.claims(renamed)
+    moved = repo.commit("a new id, a looser margin")
+    status = registration("eight_heads_help", {moved}, root=repo.root, report="reports/table3.md")
+    assert status.startswith(f"post hoc: its rows' figures were first committed at {shown[:7]}")
+    assert status.endswith(f"; redefined once after its verdict was known (first shown at {shown[:7]}; {moved[:7]})")
+    # the same definition under the new id keeps the old one's history: no fresh start
+    repo.claims(dict(_claim(0.05), id="eight_heads_help"))
+    same = repo.commit("the old margin back under the new id")
+    assert "redefined 2 times" in registration("eight_heads_help", {same}, root=repo.root)
+
+
+def test_a_post_hoc_claim_judged_on_a_fresh_corpus_seed_is_confirmatory(repo):
+    repo.write("reports/table3.md", _report(["base", "A1"]))
+    shown = repo.commit("the first report")
+    repo.claims(_claim(0.05))
+    claimed = repo.commit("the claim, after it")
+    fresh = "python -m harness run studies/table3.yaml --set data.seed=2 --name corpus2 --quiet"
+    repo.write("reports/corpus2/table3.md", _report(["base", "A1"], command=fresh))
+    ran = repo.commit("the claim judged on another corpus seed")
+    assert registration("heads_help", {ran}, root=repo.root, report="reports/table3.md").startswith("post hoc")
+    assert registration("heads_help", {ran}, root=repo.root, report="reports/corpus2/table3.md") == (
+        f"confirmatory ({claimed[:7]}): registered before this data's first figures, post hoc on reports/table3.md "
+        f"(its figures first at {shown[:7]})")
+
+
+def test_the_papers_own_comparison_reads_registered_whenever_it_was_typed_in(repo):
+    repo.write("reports/table3.md", _report(["base", "A1"]))
+    repo.commit("the first report")
+    repo.write("harness/x.py", "x = 1\n")
+    early = repo.commit("the runs' code")
+    repo.claims(dict(_claim(0.0), paper={"a": 4.91, "b": 5.29, "metric": "ppl"}))
+    claimed = repo.commit("the paper's own comparison, margin 0")
+    assert registration("heads_help", {claimed}, root=repo.root, report="reports/table3.md") == \
+        f"registered ({claimed[:7]})"
+    assert registration("heads_help", {early}, root=repo.root, report="reports/table3.md") == (
+        f"registered ({claimed[:7]}; the paper's own comparison)")           # typed in after the runs, all the same
+
+
+def test_a_change_to_an_included_profile_is_listed_and_moving_a_setting_into_it_is_not(repo):
+    base = "studies/t3.yaml"
+    study = "studies/m.yaml"
+    repo.write(base, "study: t3\nrows: {base: {}}\nprofiles:\n  tiny: {train: {steps: 2000}}\n")
+    repo.write(study, "study: m\nrows: {base: {}}\nprofiles:\n  tiny: {train: {steps: 2000, lr_scale: 0.5}}\n")
+    repo.commit("two studies")
+    repo.write("reports/m.md", "dev PPL 5\n")
+    first = repo.commit("the first report of m")
+    # m's own settings move into an include of t3's tiny profile: the settings that decide its runs are the same
+    repo.write(study, "study: m\nrows: {base: {}}\nprofiles:\n"
+                      "  tiny: {include: t3.yaml:tiny, train: {lr_scale: 0.5}}\n")
+    repo.commit("include")
+    assert late_profile_changes(study, "tiny", "reports/m.md", root=repo.root) == []
+    repo.write(base, "study: t3\nrows: {base: {}}\nprofiles:\n  tiny: {train: {steps: 3000}}\n")
+    changed = repo.commit("t3's tiny profile trains longer")
+    assert late_profile_changes(study, "tiny", "reports/m.md", root=repo.root) == [
+        f"(the first report with this profile's figures was committed at {first[:7]})",
+        f"`train.steps`: 2000 → 3000 at {changed[:7]}"]

@@ -156,11 +156,11 @@ def test_claims_section_is_computed_from_the_runs(table3):
     out, _, _, _ = table3
     md = (out / "table3.md").read_text()
     claims = md[md.index("## Claims"):]
-    line = next(ln for ln in claims.splitlines() if "`single_head_worse`" in ln)
+    line = next(ln for ln in claims.splitlines() if ln.startswith("| `single_head_worse`"))
     # best of base/A2/A3/A4 is base (the only one run); ln PPL: (ln 13 - ln 10 + ln 14 - ln 12) / 2
     assert f"{(math.log(13 / 10) + math.log(14 / 12)) / 2:+.3f}" in line and "n=2" in line
     assert "**inconclusive**" in line and "within the seed-to-seed spread" in line
-    assert "**not run**" in next(ln for ln in claims.splitlines() if "`dropout_helps`" in ln)   # D1 failed
+    assert "**not run**" in next(ln for ln in claims.splitlines() if ln.startswith("| `dropout_helps`"))   # D1 failed
 
 
 def test_unfinished_seeds_are_not_averaged(table3):

@@ -118,14 +118,14 @@ def test_the_report_draws_each_section_its_plots_and_claims(tmp_path, monkeypatc
     for claim in ("self_attention_faster_when_n_below_d", "multi_head_time_as_single_head",
                   "dot_product_faster_than_additive", "learned_offset_is_not_linear", "conv_time_k_times_recurrent",
                   "separable_conv_removes_k_time"):
-        line = next(x for x in claims.splitlines() if f"`{claim}`" in x)
+        line = next(x for x in claims.splitlines() if x.startswith(f"| `{claim}`"))
         assert "**not run**" not in line, line           # every claim read its rows' metrics
     # What the code decides by construction is checked apart (tests/test_checks.py makes each fail on a broken
     # implementation), and none is among the claims; three pass at any size (the separable form's gain reaches k^1
     # only where d >> k, not at this test's width).
     for check in ("multi_head_costs_as_single_head", "sinusoid_offset_is_linear", "conv_costs_k_times_recurrent",
                   "separable_conv_removes_k"):
-        line = next(x for x in checks.splitlines() if f"`{check}`" in x)
+        line = next(x for x in checks.splitlines() if x.startswith(f"| `{check}`"))
         assert ("*passes*" in line) or (check == "separable_conv_removes_k" and "*not checked*" not in line), line
         assert f"`{check}`" not in claims
     assert "![statements_convolutions](statements_convolutions.png)" in text

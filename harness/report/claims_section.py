@@ -6,12 +6,15 @@ profile's settings changed after a test figure existed."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
+from harness.errors import HarnessWarning
 from harness.report import verdicts
 from harness.report.claim_kinds.registry import KINDS, kind_of
+from harness.report.evidence import REGISTRATION
 from harness.report.header import row_departures
 from harness.report.registration import ROOT as _REGISTRATION_ROOT
 from harness.report.registration import late_profile_changes, registration
@@ -47,9 +50,9 @@ def claim_why(c: dict, diag: dict[str, dict], deps: dict[str, dict[str, tuple]] 
 
 
 def late_changes_section(parent: dict | None) -> list[str]:
-    """For a layout that scores a test set: every setting of this profile changed after a committed report had
-    shown a test figure of it (from git, harness/report/registration.py), so that a reader can tell settings
-    chosen on dev alone from settings changed once a test figure was known."""
+    """Every setting of this profile (and of the profiles it includes) changed after a committed report had first
+    shown its figures (from git, harness/report/registration.py), so that a reader can tell settings fixed before
+    any figure was seen from settings changed once one was."""
     tags = (parent or {}).get("tags", {})
     path, profile, study = tags.get("study_file", ""), tags.get("profile", ""), tags.get("study", "")
     if not path or not profile or profile == "paper":
@@ -61,16 +64,17 @@ def late_changes_section(parent: dict | None) -> list[str]:
         rel = Path(path)
     report = (Path("reports") / report_folder(parent) / f"{study}.md").as_posix()
     changes = late_profile_changes(rel.as_posix(), profile, [report, *reports_of(study, profile)])
-    head = ["## Settings changed after a test figure of this profile existed", ""]
+    head = ["## Settings changed after this profile's first report", ""]
     if changes is None:
         return head + ["Unknown: this report was not made in a git checkout of the project, so when its profile's "
                        "settings changed cannot be computed.", ""]
     if not changes:
-        return head + [f"None: no setting of the `{profile}` profile changed after a committed report first showed "
-                       "its test figures (computed from git).", ""]
-    return head + [f"Computed from git: {changes[0][1:-1]}; each setting below changed after that, so a test figure "
-                   "was known when it was chosen (the choice itself was made on dev: docs/calibration.md).", "",
-                   *[f"- {c}" for c in changes[1:]], ""]
+        return head + [f"None: no setting of the `{profile}` profile (nor of a profile it includes) changed after a "
+                       "committed report first showed its figures (computed from git).", ""]
+    return head + [f"Computed from git: {changes[0][1:-1]}; each setting below changed after that, so a figure of "
+                   "this profile was known when it was chosen (the choice itself was made on dev: "
+                   "docs/calibration.md). A setting under `include FILE:PROFILE` is one of the profile this one "
+                   "builds on.", "", *[f"- {c}" for c in changes[1:]], ""]
 
 
 def reports_of(study: str, profile: str) -> list[str]:
@@ -88,10 +92,11 @@ def reports_of(study: str, profile: str) -> list[str]:
     return found
 
 
-def claim_registration(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
+def claim_registration(claim_id: str, c: dict, runs: pd.DataFrame, report: str | None = None) -> str:
     """The claim's registration against the commits of the finished runs of every row its verdict reads (all four
     of a gap between gaps, every rival of a `sooner` claim, every row of a list; of a `first` list the first that
-    finished, as the verdict takes it); against every run's when none of those finished."""
+    finished, as the verdict takes it); against every run's when none of those finished; with `report` (this
+    report's path), against the first committed figures of its rows on the same data too."""
     done = runs[runs["status"] == "FINISHED"] if "status" in runs else runs
     read = verdicts.rows_read(c["claim"], set(done["tags.row"].dropna().astype(str)))
     judged = done[done["tags.row"].isin(read)]
@@ -102,7 +107,8 @@ def claim_registration(claim_id: str, c: dict, runs: pd.DataFrame) -> str:
         shas |= set(judged["tags.git_sha_last"].dropna().astype(str))
     dirty = any(judged.get(c, pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
                 for c in ("tags.git_dirty", "tags.git_dirty_last"))
-    return registration(claim_id, shas, bool(dirty))
+    return registration(claim_id, shas, bool(dirty), report=report) if report else registration(claim_id, shas,
+                                                                                               bool(dirty))
 
 
 def points_the_papers_way(c: dict) -> bool | None:
@@ -134,7 +140,7 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
     """The report's closing "Claims" section: every claim of harness/paper/claims.yaml for this study, the
     paper's sentence and numbers, ours with the seed-paired interval, the computed verdict and why (with the
     invocation's `parent`, the departures that set a claim's row apart)."""
-    checks = checks_section(study, runs, uri)
+    checks = late_changes_section(parent) + checks_section(study, runs, uri)
     checked = verdicts.check_claims(study, runs, uri)
     if not checked:
         return checks
@@ -150,6 +156,8 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
     with_base = "base" in (parent["params"].get("rows", "").split(",") if parent else
                            runs["tags.row"].astype(str).tolist())
     counts = {v: sum(c["verdict"] == v for c in checked) for v in ("holds", "contradicted", "inconclusive", "not run")}
+    report = (Path("reports") / report_folder(parent) / f"{study}.md").as_posix() if parent else None
+    status = {c["claim"].id: claim_registration(c["claim"].id, c, runs, report) for c in checked}
     lines = ["## Claims", "",
              f"Each claim of the paper (and, for the modern rows, of the paper behind each replacement) as written in "
              f"harness/paper/claims.yaml, checked on these runs: {counts['holds']} hold, {counts['contradicted']} "
@@ -165,17 +173,28 @@ def claims_section(study: str, runs: pd.DataFrame, uri: str, parent: dict | None
              "| registered before these runs? |",
              "|---|---|---|---|---|---|---|---|"]
     lines[2] += one_seed_note(checked, parent)
+    few = verdicts.too_few_seeds(checked)
+    if few:
+        ids = ", ".join(f"`{c['claim'].id}`" for c in few)
+        lines[2] += (f" Judged on fewer than 3 seeds, which cannot decide a comparison or a threshold: {ids}; "
+                     "`--seeds 0,1,2` decides them.")
+        warnings.warn(HarnessWarning(f"{study}: {len(few)} claim{'s are' if len(few) > 1 else ' is'} judged on fewer "
+                                     f"than 3 seeds and cannot be decided ({', '.join(c['claim'].id for c in few)}); "
+                                     "run the study with --seeds 0,1,2"))
     lines[2] += (" The last column is computed from git when this report is made (harness/report/registration.py): "
-                 "\"registered\" where the claim's rows, metric and margin or threshold were committed in the runs' "
-                 "commit or before it, \"written after these runs' figures\" otherwise, and whether the claim was "
-                 "redefined after a committed report had shown its verdict.")
+                 "\"registered\" where the claim's rows, metric and margin or threshold (what we chose; a restatement "
+                 "of the paper's own comparison chose nothing) were committed before the first committed report that "
+                 "showed its rows' figures on the same data and before the runs' commit, \"post hoc\" otherwise, "
+                 "naming the report or runs that showed them first, \"confirmatory\" where a post hoc claim is "
+                 "judged on data whose figures came after it (another corpus seed), and whether the claim was "
+                 "redefined after a committed report had shown its verdict. " + registration_counts(status.values()))
     present = {c["expect"] for c in checked}
     lines[2] += "".join(kind.note for name, kind in KINDS.items() if name in present)
     for c in checked:
         claim = c["claim"]
         paper_cell, ours, diff = kind_of(claim.expect).cells(c)
         cells = [f"`{claim.id}` ({claim.source})", claim.text, paper_cell, ours, diff, f"**{c['verdict']}**",
-                 claim_why(c, diag, deps, with_base), claim_registration(claim.id, c, runs)]
+                 claim_why(c, diag, deps, with_base), status[claim.id]]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return checks + lines + [""]
 
@@ -209,3 +228,11 @@ def checks_section(study: str, runs: pd.DataFrame, uri: str) -> list[str]:
                  check.moved or "a check from the start"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return lines + [""]
+
+
+def registration_counts(statuses) -> str:
+    """The claims' registration statuses counted: "Registration: 3 registered, 5 post hoc, 2 confirmatory."."""
+    statuses = list(statuses)
+    counts = {w: sum(s.startswith(w) for s in statuses) for w in REGISTRATION}
+    return "Registration: " + ", ".join(f"{n} {w}" for w, n in counts.items() if n or w in REGISTRATION[:3]) \
+        + "."

@@ -12,6 +12,9 @@ _TRIALS = re.compile(r"(?:MLflow parent run|assembly) `[0-9a-f]+`(?: of \d+ slic
                      r"status \w+\), (\d+) trials, (\d+|\?) failed")
 _SEEDS = re.compile(r"^(\d+)(?:/(\d+))?")
 _VERDICT = re.compile(r"\*\*(holds|contradicted|inconclusive|not run)\*\*")
+# A claim's registration status, by the word its cell (the claims table's last) starts with (harness/report/
+# registration.py)
+REGISTRATION = ("registered", "post hoc", "confirmatory", "unknown", "not yet committed")
 _CHECK = re.compile(r"\| \*(passes|fails|undecided|not checked)\* \|")      # a check's result: never a claim's
 
 
@@ -21,6 +24,7 @@ class Evidence:
     seeds: dict[str, int] = field(default_factory=dict)     # each row's finished seeds (the first rows table)
     verdicts: dict[str, str] = field(default_factory=dict)  # claim id -> verdict
     checks: dict[str, str] = field(default_factory=dict)    # check id -> passes | fails | undecided | not checked
+    registration: dict[str, str] = field(default_factory=dict)  # claim id -> registered | post hoc | confirmatory ...
 
     @property
     def finished(self) -> int:
@@ -49,6 +53,9 @@ def read_evidence(markdown: str) -> Evidence:
             ev.checks[cells[0].split("`")[1]] = v.group(1)
         elif cells[0].startswith("`") and (v := _VERDICT.search(line)):
             ev.verdicts[cells[0].split("`")[1]] = v.group(1)
+            word = next((w for w in REGISTRATION if cells[-1].startswith(w)), None)
+            if word:
+                ev.registration[cells[0].split("`")[1]] = word
     return ev
 
 

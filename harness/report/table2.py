@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
 from harness.report.cells import failure_cell, md_table, num, pm, seeds_cell
-from harness.report.claims_section import claims_section, late_changes_section
+from harness.report.claims_section import claims_section
 from harness.report.curves import plot_title, sci_log_labels
 from harness.report.files import save_png, write_files
 from harness.report.header import header_lines
@@ -309,6 +309,5 @@ def write_table2(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     # the measurements the rows took (harness/measure: the BLEU curve against compute, the agreement contrasts)
     measured, extra = measurement_sections(results["runs"], en_de, uri, out_dir, study)
     lines += measured
-    lines += ["", *late_changes_section(results["parent"])]
     return write_files(study, out_dir, lines, table, plots,
                        claims_section(study, results["runs"], uri, results["parent"])) + extra

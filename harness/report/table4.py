@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from harness.paper import columns, load_tables
 from harness.report.cells import failure_cell, half_width, md_table, num, pm, seeds_cell
-from harness.report.claims_section import claims_section, late_changes_section
+from harness.report.claims_section import claims_section
 from harness.report.curves import plot_learning_curves, plot_title
 from harness.report.files import save_png, write_files
 from harness.report.header import header_lines
@@ -155,7 +155,7 @@ def write_table4(study: str, results: dict, uri: str, out_dir: Path) -> list[Pat
     table = summarize_table4(runs, declared_rows(results["parent"]))
     plots = [plot_table4_f1(study, table, out_dir / f"{study}_f1.png", plot_title(study, runs)),
              plot_learning_curves(study, runs, table["row"].tolist(), uri, out_dir / f"{study}_learning_curves.png")]
-    lines = render_table4(study, results, table) + ["", *late_changes_section(results["parent"])]
+    lines = render_table4(study, results, table)
     return write_files(study, out_dir, lines, table, plots, claims_section(study, runs, uri, results["parent"]))
 
 

@@ -179,3 +179,9 @@ def check_claims(study: str, runs: pd.DataFrame, uri: str | None = None, checks:
 
     return [{**kind_of(claim.expect).judge(claim, values, curves), "claim": claim}
             for claim in (checks_for(study) if checks else claims_for(study))]
+
+
+def too_few_seeds(checked: list[dict]) -> list[dict]:
+    """The judged claims whose kind needs more seeds than their verdict had (a comparison or a threshold on fewer
+    than 3): they cannot be decided, whatever they read."""
+    return [c for c in checked if c["verdict"] != "not run" and c["n"] < kind_of(c["claim"].expect).needs_seeds]

@@ -21,6 +21,7 @@ from harness.errors import UserError, suggest
 from harness.io import atomic_write
 from harness.report import inference, rows, statements, table1, table2, table3, table4
 from harness.report.evidence import (
+    REGISTRATION,
     Evidence,
     changes,
     holds_less,
@@ -69,6 +70,9 @@ def _headline(ev: Evidence) -> str:
                                                                          "not run")}
         said = ", ".join(f"{n} {'hold' if v == 'holds' else v}" for v, n in counts.items() if n)
         parts.append(f"{len(ev.verdicts)} claim{'s' * (len(ev.verdicts) > 1)}: {said}")
+        if ev.registration:
+            parts.append(", ".join(f"{sum(w == x for x in ev.registration.values())} {w}" for w in REGISTRATION
+                                   if w in ev.registration.values()))
     if ev.checks:
         counts = {v: sum(x == v for x in ev.checks.values()) for v in ("passes", "fails", "undecided", "not checked")}
         said = ", ".join(f"{n} {v if n == 1 else {'passes': 'pass', 'fails': 'fail'}.get(v, v)}"

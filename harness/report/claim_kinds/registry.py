@@ -75,6 +75,9 @@ class ClaimKind:
     is_check = False        # a check of the implementation (checks.yaml), not a claim of the paper
     reads_curves = False    # judged on dev BLEU curves read from the store, not on final metrics
     note = ""               # a sentence the claims section adds to its opening paragraph where the kind is present
+    # The seeds a verdict of this kind needs: a comparison or a threshold is decided by an interval over seeds (3 at
+    # the least); a measurement against a formula (value, check) is decided by one.
+    needs_seeds = 3
 
     def validate(self, claim, metrics: dict) -> str | None:
         """What is wrong with a claim of this kind (one sentence), or None; `metrics` names every claim metric."""

@@ -67,6 +67,7 @@ def value_verdict(claim, values: Values, targets: Values | None = None, also_val
 
 class Value(ClaimKind):
     name = "value"
+    needs_seeds = 1
     note = (" A measurement claim (Table 1's columns) compares one row's measured value with the paper's "
             "formula instead: Δ is measured - formula, and it holds if Δ lies within the stated tolerance "
             "(with several seeds, if its interval does), contradicted otherwise.")
