@@ -697,9 +697,10 @@ def _cmd_list(args) -> int:
     elif what == "claims":
         from harness.report.claim_kinds.registry import kind_of
         from harness.report.verdicts import load_claims
-        seeds = _default_seeds()
-        if args.study:          # a study's name or file, as every command takes it
-            args.study = read_yaml_file(_study_path(args.study)).get("study", _study_path(args.study).stem)
+        path = _study_path(args.study) if args.study else None     # a study's name or file, as every command takes it
+        if path:
+            args.study = read_yaml_file(path).get("study", path.stem)
+        seeds = _default_seeds([path] if path else _study_files())
         for c in load_claims():
             if args.study and c.study != args.study:
                 continue
@@ -714,11 +715,11 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _default_seeds() -> dict[str, tuple[int, str]]:
-    """Each study's seeds in its default profile, by study name: (how many, the profile)."""
+def _default_seeds(paths: list[Path]) -> dict[str, tuple[int, str]]:
+    """Each of these studies' seeds in its default profile, by study name: (how many, the profile)."""
     from harness.study.kinds import load_study
     out = {}
-    for path in _study_files():
+    for path in paths:
         try:
             study = load_study(path, None)
         except (UserError, ValueError):

@@ -130,7 +130,8 @@ def test_a_claim_over_four_rows_is_registered_against_the_commits_of_all_four(re
     runs = pd.DataFrame({"tags.row": ["post24", "pre24", "post6", "pre6"], "status": ["FINISHED"] * 4,
                          "tags.git_sha": [claimed, early, claimed, early], "tags.git_dirty": ["False"] * 4})
     monkeypatch.setattr(claims_section, "registration",
-                        lambda cid, shas, dirty=False: reg.registration(cid, shas, dirty, root=repo.root))
+                        lambda cid, shas, dirty=False, report=None: reg.registration(cid, shas, dirty, root=repo.root,
+                                                                                      report=report))
     c = {"claim": claim, "a_row": "post24", "b_row": "post6"}
     registered = claims_section.claim_registration
     assert registered("gap_grows_here", c, runs) == \

@@ -107,8 +107,7 @@ def claim_registration(claim_id: str, c: dict, runs: pd.DataFrame, report: str |
         shas |= set(judged["tags.git_sha_last"].dropna().astype(str))
     dirty = any(judged.get(c, pd.Series(dtype=str)).astype(str).str.lower().isin(["true", "1"]).any()
                 for c in ("tags.git_dirty", "tags.git_dirty_last"))
-    return registration(claim_id, shas, bool(dirty), report=report) if report else registration(claim_id, shas,
-                                                                                               bool(dirty))
+    return registration(claim_id, shas, bool(dirty), report=report)
 
 
 def points_the_papers_way(c: dict) -> bool | None:

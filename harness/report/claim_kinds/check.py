@@ -8,7 +8,7 @@ check failing on one. The report gives checks a table of their own and counts no
 from __future__ import annotations
 
 from harness.report.claim_kinds.registry import register
-from harness.report.claim_kinds.value import Value, value_verdict
+from harness.report.claim_kinds.value import Value
 
 # a value claim's verdicts, in a check's words (none of them a claim's, so no count of claims reads them)
 WORDS = {"holds": "passes", "contradicted": "fails", "inconclusive": "undecided", "not run": "not checked"}
@@ -20,8 +20,7 @@ class Check(Value):
     note = ""
 
     def judge(self, claim, values, curves) -> dict:
-        got = value_verdict(claim, values(claim.metric), values(claim.target_metric) if claim.target_metric
-                            else None, values(claim.also["metric"]) if claim.also else None)
+        got = super().judge(claim, values, curves)
         return {**got, "verdict": WORDS[got["verdict"]],
                 "parts": [{**p, "verdict": WORDS[p["verdict"]]} for p in got.get("parts", [])]}
 
